@@ -1,0 +1,64 @@
+"""The algorithm interface: which data each model trains on, and how parameters are exchanged.
+
+An :class:`Algorithm` is a decision plugin: the federation calls its methods directly and uses what
+they return (``fabric.call`` discards return values). One small subclass per method overrides
+:meth:`Algorithm.aggregate` (and, rarely, :meth:`Algorithm.train_groups`); the local training loop
+lives once, in the engines.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from torch import Tensor
+
+from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
+from lightning_fed.models.base import CenterModule
+
+__all__ = ["Algorithm"]
+
+
+class Algorithm(ABC):
+    """Base class of federated methods.
+
+    Args:
+        personal_layers: Number of head layers kept local and never sent (0 shares everything;
+            ABPS Sec. 6.4 extension P uses 1 or 2).
+    """
+
+    def __init__(self, personal_layers: int = 0) -> None:
+        if personal_layers < 0:
+            raise ValueError(f"algorithm.personal_layers must be >= 0, got {personal_layers}")
+        self.personal_layers = int(personal_layers)
+
+    def setup(self, data: FederatedData, module: CenterModule) -> None:
+        """Called once before training: remember sizes and which parameters are shared."""
+        self.num_centers = data.num_centers
+        self.n_train = data.n_train
+        personal = set(module.head_parameter_names(self.personal_layers)) if self.personal_layers else set()
+        self.shared_names = tuple(n for n, _ in module.named_parameters() if n not in personal)
+
+    def train_groups(self, data: FederatedData) -> list[list[int]]:
+        """Which centers' training rows each model trains on (default: one model per center)."""
+        return [[c] for c in range(data.num_centers)]
+
+    @abstractmethod
+    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        """Exchange over ``wire`` and return the new stacked parameters (all names, center order)."""
+
+    def round_stats(self) -> dict[str, float]:
+        """Scalars about the last round's decisions (e.g. isolation rate); logged per round."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """State that must survive a checkpoint (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def shared(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The subset of ``params`` that crosses the wire."""
+        return {n: params[n] for n in self.shared_names}

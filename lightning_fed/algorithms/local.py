@@ -1,0 +1,17 @@
+"""Local-only: every center trains on its own data and exchanges nothing (the lower bound)."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.wire import Wire
+
+__all__ = ["LocalOnly"]
+
+
+class LocalOnly(Algorithm):
+    """No collaboration: parameters are returned unchanged and nothing is sent (0 bytes)."""
+
+    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        return params

@@ -1,0 +1,57 @@
+"""A tqdm progress bar over rounds: round, mean validation AUROC, cumulative MB sent."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from lightning_fed.metrics import summarize
+from lightning_fed.types import RoundResult
+
+__all__ = ["ProgressBar"]
+
+
+class ProgressBar:
+    """Show per-round progress, and print a final summary line.
+
+    Args:
+        enabled: Turn the bar off (e.g. in sweeps that log to W&B only).
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.bar: tqdm | None = None
+
+    def on_fit_start(self, federation: Any) -> None:
+        if self.enabled:
+            self.bar = tqdm(
+                total=federation.trainer.rounds,
+                initial=federation.round,
+                desc="rounds",
+                unit="round",
+                file=sys.stdout,
+                dynamic_ncols=True,
+            )
+
+    def on_round_end(self, federation: Any, result: RoundResult) -> None:
+        if self.bar is None:
+            return
+        val = summarize(result.val_auroc)
+        postfix = {"val_auroc": f"{val.mean:.4f}", "MB": f"{result.bytes_cumulative / 1e6:.1f}"}
+        postfix.update({k: f"{v:.3g}" for k, v in result.stats.items() if not k.startswith("seconds")})
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(1)
+
+    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.enabled:
+            print(
+                f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
+                f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
+                f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
+                f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s"
+            )

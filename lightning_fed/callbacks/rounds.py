@@ -1,0 +1,51 @@
+"""Per-round, per-center metrics and bytes as ``rounds.parquet`` (polars), written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lightning_fed.io import atomic_path
+from lightning_fed.types import RoundResult
+
+__all__ = ["RoundsWriter"]
+
+
+class RoundsWriter:
+    """Collect one row per (round, center) and write ``rounds.parquet`` at the end of fit.
+
+    Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges
+    touching the center), plus the round's algorithm statistics (same value for every center).
+
+    Args:
+        path: Target parquet file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.frames: list[pl.DataFrame] = []
+
+    def on_fit_start(self, federation: Any) -> None:
+        if self.path.exists() and federation.round > 0:
+            self.frames = [pl.read_parquet(self.path).filter(pl.col("round") < federation.round)]
+
+    def on_round_end(self, federation: Any, result: RoundResult) -> None:
+        c = result.val_auroc.shape[0]
+        columns: dict[str, Any] = {
+            "round": [result.round] * c,
+            "center": list(range(c)),
+            "name": [center.name for center in federation.data.centers],
+            "train_loss": result.train_loss.double().numpy(),
+            "val_auroc": result.val_auroc.double().numpy(),
+            "test_auroc": result.test_auroc.double().numpy(),
+            "bytes": result.bytes_per_center.numpy(),
+        }
+        columns.update({k: [float(v)] * c for k, v in result.stats.items()})
+        self.frames.append(pl.DataFrame(columns))
+
+    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
+        if self.frames:
+            with atomic_path(self.path) as tmp:
+                pl.concat(self.frames, how="diagonal_relaxed").write_parquet(tmp)

@@ -1,0 +1,188 @@
+"""The ``lightning-fed`` command line (jsonargparse).
+
+Commands:
+    fit   train a federation from a config; writes a run directory.
+    test  re-evaluate a finished run directory from its checkpoint.
+
+Config groups: ``data``, ``model``, ``algorithm`` (class_path/init_args), ``trainer`` (rounds,
+local epochs, batch size, engine), ``fabric`` (passed to Fabric), ``logger`` (W&B), ``output``,
+and ``seed``. ``lightning-fed --help`` answers without importing torch; ``fit --help`` lists every
+key. Values given after ``--config`` override it (``--trainer.rounds=5``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "fit_parser"]
+
+USAGE = """usage: lightning-fed {fit,test} [options]
+
+Decentralized federated learning across clinical centers.
+
+commands:
+  fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
+  test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
+
+'lightning-fed fit --help' lists every config key; '--print_config' prints the resolved config.
+"""
+
+
+def fit_parser() -> Any:
+    """The jsonargparse parser of ``fit`` (imports the package's plugin base classes)."""
+    from jsonargparse import ActionConfigFile, ArgumentParser, lazy_instance
+
+    from lightning_fed.algorithms import Algorithm, FedAvg
+    from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
+    from lightning_fed.data import DataSource, SyntheticICU
+    from lightning_fed.models import CenterModule, MortalityMLP
+    from lightning_fed.types import TrainerConfig
+
+    parser = ArgumentParser(prog="lightning-fed fit", description="Train a federation.", exit_on_error=True)
+    parser.add_argument("--config", action=ActionConfigFile, help="YAML config file")
+    parser.add_argument("--seed", type=int, default=0, help="run seed: every random draw derives from it")
+    parser.add_subclass_arguments(DataSource, "data", default=lazy_instance(SyntheticICU), required=False)
+    parser.add_subclass_arguments(CenterModule, "model", default=lazy_instance(MortalityMLP), required=False)
+    parser.add_subclass_arguments(Algorithm, "algorithm", default=lazy_instance(FedAvg), required=False)
+    parser.add_class_arguments(TrainerConfig, "trainer")
+    parser.add_class_arguments(FabricConfig, "fabric")
+    parser.add_class_arguments(LoggerConfig, "logger")
+    parser.add_class_arguments(OutputConfig, "output")
+    return parser
+
+
+def _fail(message: str) -> None:
+    print(f"lightning-fed: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _instantiate(parser: Any, cfg: Any) -> Any:
+    """Instantiate every group, turning constructor errors into one clear line."""
+    try:
+        return parser.instantiate_classes(cfg)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        _fail(str(err))
+
+
+def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
+    """The run folder's path (created only once the whole config has been validated)."""
+    import time
+
+    name = output.name or f"{type(algorithm).__name__.lower()}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = output.root / name
+    if (run_dir / "summary.json").exists():
+        _fail(f"output folder {run_dir} already holds a finished run: choose another output.name")
+    return run_dir
+
+
+def _package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for pkg in ("lightning-fed", "torch", "lightning", "torchmetrics", "polars", "jsonargparse"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def _build_federation(init: Any, fabric: Any) -> Any:
+    """Build the data and the federation; bad data or model settings end here with one clear line."""
+    from lightning_fed.federation import Federation
+
+    try:
+        data = init.data.build(init.seed)
+        return Federation(data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        _fail(str(err))
+
+
+def fit(argv: Sequence[str]) -> dict[str, Any]:
+    """``lightning-fed fit``: validate the config, build everything, then train and write the run dir.
+
+    Nothing is written until the config, the data and the federation have been built without error.
+    """
+    parser = fit_parser()
+    cfg = parser.parse_args(list(argv))
+    init = _instantiate(parser, cfg)
+    run_dir = _run_dir(init.output, init.algorithm, init.seed)
+
+    from lightning_fed.callbacks import Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.io import write_json, write_text
+
+    dumped = cfg.clone()
+    dumped.pop("config", None)
+    dumped.output.name = run_dir.name
+    callbacks = [
+        ProgressBar(enabled=init.output.progress_bar),
+        RoundsWriter(run_dir / "rounds.parquet"),
+        Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every),
+    ]
+    loggers = init.logger.build(run_dir, dumped.as_dict())
+    fabric = init.fabric.build(callbacks, loggers)
+    federation = _build_federation(init, fabric)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text(run_dir / "config.yaml", parser.dump(dumped, skip_none=False))
+    print(
+        f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "
+        f"{init.trainer.rounds} rounds -> {run_dir}"
+    )
+    summary = federation.fit()
+    summary.update(method=type(init.algorithm).__name__, run_dir=str(run_dir), versions=_package_versions())
+    write_json(run_dir / "summary.json", summary)
+    for logger in loggers:
+        logger.experiment.finish()
+    return summary
+
+
+def test(argv: Sequence[str]) -> dict[str, Any]:
+    """``lightning-fed test --run-dir DIR``: rebuild the run from its config and re-evaluate."""
+    from jsonargparse import ArgumentParser
+
+    cli = ArgumentParser(prog="lightning-fed test", description="Re-evaluate a finished run directory.")
+    cli.add_argument("--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="a fit run folder")
+    args = cli.parse_args(list(argv))
+    run_dir = Path(args.run_dir)
+    for needed in ("config.yaml", "checkpoint.pt"):
+        if not (run_dir / needed).is_file():
+            _fail(f"--run-dir {run_dir}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
+
+    import torch
+    from lightning.fabric import Fabric
+
+    from lightning_fed.io import write_json
+
+    parser = fit_parser()
+    cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
+    init = _instantiate(parser, cfg)
+    federation = _build_federation(init, Fabric(accelerator="cpu", devices=1))
+    federation.load_state_dict(torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False))
+    summary = federation.summary()
+    write_json(run_dir / "test.json", summary)
+    print(
+        f"test: {run_dir} | round {summary['rounds']} | test AUROC {summary['test_auroc_mean']:.4f} "
+        f"+/- {summary['test_auroc_std']:.4f} ({summary['test_auroc_undefined']} undefined) | "
+        f"pooled {summary['test_auroc_pooled']:.4f}"
+    )
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``lightning-fed`` console script and the root ``cli.py``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return
+    command, rest = argv[0], argv[1:]
+    commands = {"fit": fit, "test": test}
+    if command not in commands:
+        _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
+    commands[command](rest)
+
+
+if __name__ == "__main__":
+    main()

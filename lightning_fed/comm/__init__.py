@@ -1,0 +1,7 @@
+"""What crosses between centers: encode/decode hooks, the wire, and the byte ledger."""
+
+from lightning_fed.comm.hooks import CommHook, IdentityHook
+from lightning_fed.comm.ledger import SERVER, Ledger
+from lightning_fed.comm.wire import Wire
+
+__all__ = ["SERVER", "CommHook", "IdentityHook", "Ledger", "Wire"]

@@ -1,0 +1,208 @@
+"""From a pooled table to per-center data: splits, per-center standardization, metadata.
+
+Every data source (synthetic, MIMIC-IV, eICU, any CSV) produces a :class:`PooledTable` in raw
+units; a partitioner turns it into index groups; :func:`build_federation` turns each group into a
+:class:`CenterData` with a stratified 80/10/10 split, continuous features standardized on that
+center's own train split only (ABPS Sec. 6.1), and the metadata descriptor
+``v_i = [positive rate, log n_train, mean year / 2030, 12 Charlson prevalences]`` of its train
+split (ABPS Sec. 4.1 and 6.3). Nothing here lets one center's rows reach another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightning_fed.seeding import numpy_rng
+
+__all__ = [
+    "CenterData",
+    "FederatedData",
+    "PooledTable",
+    "build_federation",
+    "stratified_split",
+    "METADATA_BASE_DIM",
+]
+
+#: Length of the base descriptor ``[positive rate, log n_train, mean year / 2030]``.
+METADATA_BASE_DIM = 3
+
+
+@dataclass(frozen=True, eq=False)
+class PooledTable:
+    """Rows of one cohort in raw units, before any partition.
+
+    Attributes:
+        x: Features, shape ``[N, F]``, float.
+        y: Binary labels, shape ``[N]``, values in {0, 1}.
+        feature_names: ``F`` column names.
+        continuous: Boolean mask ``[F]``; these columns are standardized per center.
+        year: Admission year per row ``[N]`` (for the metadata descriptor).
+        site: Natural center label per row ``[N]`` (e.g. ``"MICU 2130-2131"``).
+        charlson_columns: Names of the binary comorbidity columns whose train-split
+            prevalences extend the descriptor (12 for the paper's schema; may be empty).
+        attributes: Per-site attributes (e.g. ``{"MICU 2130-2131": {"care_unit": "MICU"}}``).
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    feature_names: tuple[str, ...]
+    continuous: np.ndarray
+    year: np.ndarray
+    site: np.ndarray
+    charlson_columns: tuple[str, ...] = ()
+    attributes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n, f = self.x.shape
+        if len(self.feature_names) != f or self.continuous.shape != (f,):
+            raise ValueError(f"PooledTable: {f} feature columns but {len(self.feature_names)} names")
+        for name, arr in (("y", self.y), ("year", self.year), ("site", self.site)):
+            if arr.shape[0] != n:
+                raise ValueError(f"PooledTable.{name} has {arr.shape[0]} rows, x has {n}")
+        if not np.isin(self.y, (0, 1)).all():
+            raise ValueError("PooledTable.y must be binary (0/1)")
+        missing = set(self.charlson_columns) - set(self.feature_names)
+        if missing:
+            raise ValueError(f"PooledTable.charlson_columns not among features: {sorted(missing)}")
+
+
+@dataclass(frozen=True, eq=False)
+class CenterData:
+    """One center's private data (never read by another center's code path).
+
+    Attributes:
+        name: Center label.
+        x_train, y_train, x_val, y_val, x_test, y_test: float32 tensors, features standardized
+            with this center's train statistics; labels are 0./1.
+        metadata: Descriptor ``v_i`` (float64): base 3 dims, then the Charlson prevalences.
+        attributes: Free-form facts about the center (care unit, window, ...).
+    """
+
+    name: str
+    x_train: Tensor
+    y_train: Tensor
+    x_val: Tensor
+    y_val: Tensor
+    x_test: Tensor
+    y_test: Tensor
+    metadata: Tensor
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_train(self) -> int:
+        """Number of training rows."""
+        return int(self.y_train.shape[0])
+
+
+@dataclass(frozen=True, eq=False)
+class FederatedData:
+    """All centers of a federation, in a fixed order (center id = position)."""
+
+    centers: tuple[CenterData, ...]
+    feature_names: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.centers:
+            raise ValueError("a federation needs at least one center")
+
+    @property
+    def num_centers(self) -> int:
+        return len(self.centers)
+
+    @property
+    def num_features(self) -> int:
+        return len(self.feature_names)
+
+    @property
+    def n_train(self) -> Tensor:
+        """Training sizes ``[C]`` (int64)."""
+        return torch.tensor([c.n_train for c in self.centers], dtype=torch.int64)
+
+    def metadata(self, dim: int | None = None) -> Tensor:
+        """Stacked descriptors ``[C, d]``; ``dim`` keeps the first ``dim`` entries (3 = base)."""
+        meta = torch.stack([c.metadata for c in self.centers])
+        return meta if dim is None else meta[:, :dim]
+
+
+def stratified_split(y: np.ndarray, fractions: Sequence[float], rng: np.random.Generator) -> list[np.ndarray]:
+    """Split row indices into parts with the given fractions, stratified by label.
+
+    Each class is shuffled and cut at the cumulative fractions (rounded), so every part keeps
+    the class ratio up to one row per class; the parts are returned sorted.
+    """
+    cuts = np.cumsum(np.asarray(fractions, dtype=float))
+    if not np.isclose(cuts[-1], 1.0):
+        raise ValueError(f"split fractions must sum to 1, got {list(fractions)}")
+    parts: list[list[np.ndarray]] = [[] for _ in fractions]
+    for label in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == label))
+        bounds = np.concatenate([[0], np.round(cuts * len(idx)).astype(int)])
+        for k in range(len(fractions)):
+            parts[k].append(idx[bounds[k] : bounds[k + 1]])
+    return [np.sort(np.concatenate(p)) for p in parts]
+
+
+def build_federation(
+    table: PooledTable,
+    groups: Sequence[tuple[str, np.ndarray]],
+    seed: int,
+    split: Sequence[float] = (0.8, 0.1, 0.1),
+    min_train: int = 2,
+) -> FederatedData:
+    """Turn index groups of a pooled table into centers.
+
+    Args:
+        table: The pooled rows in raw units.
+        groups: ``(name, row indices)`` per center, in center-id order.
+        seed: Run seed; center ``k``'s split draws from ``(seed, "split", k)``.
+        split: Train/val/test fractions (stratified).
+        min_train: Fewest training rows a center may have.
+
+    Returns:
+        The federation.
+
+    Raises:
+        ValueError: If a group is too small to split.
+    """
+    charlson_idx = [table.feature_names.index(c) for c in table.charlson_columns]
+    cont = np.asarray(table.continuous, dtype=bool)
+    centers = []
+    for k, (name, rows) in enumerate(groups):
+        rows = np.asarray(rows)
+        tr, va, te = (rows[p] for p in stratified_split(table.y[rows], split, numpy_rng(seed, "split", k)))
+        if len(tr) < min_train:
+            raise ValueError(
+                f"center {name!r} has {len(rows)} rows, too few for a {list(split)} split "
+                f"(needs >= {min_train} training rows): merge it or lower the number of centers"
+            )
+        x_tr = table.x[tr].astype(np.float64)
+        mean = np.where(cont, x_tr.mean(axis=0), 0.0)
+        std = np.where(cont, x_tr.std(axis=0), 1.0)
+        std = np.where(std > 1e-12, std, 1.0)
+
+        def scaled(r: np.ndarray, mean: np.ndarray = mean, std: np.ndarray = std) -> Tensor:
+            return torch.from_numpy(((table.x[r] - mean) / std).astype(np.float32))
+
+        y_tr = table.y[tr]
+        base = [float(y_tr.mean()), float(np.log(len(tr))), float(table.year[tr].mean() / 2030.0)]
+        prevalence = x_tr[:, charlson_idx].mean(axis=0) if charlson_idx else np.zeros(0)
+        centers.append(
+            CenterData(
+                name=str(name),
+                x_train=scaled(tr),
+                y_train=torch.from_numpy(y_tr.astype(np.float32)),
+                x_val=scaled(va),
+                y_val=torch.from_numpy(table.y[va].astype(np.float32)),
+                x_test=scaled(te),
+                y_test=torch.from_numpy(table.y[te].astype(np.float32)),
+                metadata=torch.tensor(np.concatenate([base, prevalence]), dtype=torch.float64),
+                attributes=dict(table.attributes.get(str(name), {})),
+            )
+        )
+    return FederatedData(centers=tuple(centers), feature_names=table.feature_names)

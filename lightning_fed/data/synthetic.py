@@ -1,0 +1,636 @@
+r"""The built-in synthetic ICU federation: FedProx-Synthetic(alpha, beta) for in-hospital mortality.
+
+:class:`SyntheticICU` adapts the Synthetic(alpha, beta) generator of Li et al. (2020),
+"Federated Optimization in Heterogeneous Networks" (FedProx), to a binary mortality label over a
+60-feature schema mirroring the ABPS paper's MIMIC-IV cohort, in plausible raw units.
+
+Centers
+    A center is a care unit ``u`` (CVICU, CCU, MICU, Medical/Surgical ICU, SICU, TSICU) times a
+    2-year window ``t`` of the shifted admission years 2110-2191 (41 windows per unit). The
+    ``num_centers`` centers are dealt near-equally to the units (largest units first) and each
+    unit's centers are spread evenly over its 41 windows. Sizes are heavy-tailed (FedProx uses a
+    power law): with ``L_k ~ Lomax(size_tail)`` capped at :data:`SIZE_CAP`,
+
+    .. math:: n_k = n_{\min} + (N - C n_{\min}) \frac{s_u L_k}{\sum_j s_{u(j)} L_j}
+
+    (``s_u`` the unit's share of stays), rounded by largest remainder so that ``sum n_k = N``.
+
+Unit and center heterogeneity (FedProx's alpha and beta, units playing FedProx's devices)
+    .. math::
+
+        u_u &\sim \mathcal N(0, \alpha), \quad W_u \sim \mathcal N(u_u \mathbf 1, I_F)
+            &&\text{(model heterogeneity)}\\
+        B_u &\sim \mathcal N(0, \beta), \quad v_u \sim \mathcal N(B_u \mathbf 1, I_D)
+            &&\text{(feature heterogeneity)}
+
+    and each unit drifts over its windows by a centred Gaussian random walk
+    :math:`R_u(t) = \sum_{i \le t} \zeta_i / \sqrt{41}` (one walk each for the model, the features
+    and the base rate), scaled by ``drift``. Center ``k`` (unit ``u``, window ``t``) gets
+
+    .. math::
+
+        w_k &= \sigma\, w^\star + \lambda_w \left(W_u + \text{drift}\, R^w_u(t)
+                + \kappa\, \varepsilon_k\right), \quad \varepsilon_k \sim \mathcal N(0, I_F)\\
+        m_k &= \lambda_x \left(v_u + \text{drift}\, R^x_u(t) + \kappa\, \epsilon_k\right),
+                \quad \epsilon_k \sim \mathcal N(0, I_D)
+
+    with ``sigma = signal`` and a shared, clinically signed weight vector :math:`w^\star`
+    (:data:`SHARED_WEIGHTS`) common to all centers: that shared part is what makes pooling data
+    pay, while :math:`W_u` makes same-unit centers better partners than cross-unit ones.
+
+Rows of center ``k``
+    A latent severity :math:`s \sim \mathcal N(0, 1)` couples the vitals and comorbidities.
+    ``age = clip(mu_age(u) + 16 (m_k[age] + z), 18, 95)``; each vital ``j`` has
+    ``mean = mu_j + sd_j (m_k[j] + l_j s + sqrt(1 - l_j^2) z_j)`` (MAP pulled halfway to
+    ``(SBP + 2 DBP) / 3``), ``min = mean - a_j e^{0.35 z' + 0.1 s}``, ``max = mean + b_j e^{0.35 z''
+    + 0.1 s}``, all clipped to the vital's physiological range (so ``min <= mean <= max`` and
+    ``SpO2 <= 100``). Categorical attributes (gender, race,
+    admission type and location, insurance) are drawn from ``softmax(log prior + unit profile +
+    m_k[group])`` (Medicare more likely from 65 on); the 12 Charlson flags are Bernoulli with
+    ``logit = logit(prevalence) + unit profile + m_k[flag] + 0.35 (age - 65)/10 + 0.3 s``.
+    (FedProx's ``x ~ N(v_k, Sigma)`` with ``Sigma_jj = j^{-1.2}`` is replaced by this clinically
+    structured covariance.)
+
+Label
+    With :math:`f(x)` the features (continuous ones standardized by the pooled cohort's mean and
+    standard deviation, so weights are per standard deviation; binary ones as 0/1),
+
+    .. math::
+
+        \eta_k(x) &= w_k^\top f(x) + \sigma \left(0.9\, f_{age} f_{hr,mean} + 1.2\,
+            [-f_{mbp,min} - 0.5]_+\right)\\
+        y &\sim \text{Bernoulli}\left(\text{sigmoid}(b_k + \eta_k(x))\right)
+
+    The mild nonlinearity (age x heart-rate interaction, hypotension hinge) lets an MLP beat a
+    linear model. Much of the vitals' weight sits on ``max - min`` contrasts (instability) and on
+    rare categories / comorbidities, which a small center cannot estimate from its own rows but a
+    federation can. FedProx's random intercept is replaced by a calibrated one: ``b_k`` solves
+    ``mean_i sigmoid(b_k + eta_k(x_i)) = r_k`` over the center's rows, where the center's base
+    rate ``logit r_k = logit r_u + c_u + 0.3 drift R^b_u(t) + 0.2 eps_k`` and ``c_u`` makes the
+    size-weighted mean of ``r_k`` over the unit equal the unit's MIMIC-IV mortality
+    :data:`UNIT_BASE_RATES` (3.3 % CVICU ... 15.4 % MICU).
+
+Every draw comes from ``numpy_rng(seed, "synthetic", ...)``: the same seed gives identical data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from lightning_fed.data.base import DataSource
+from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.seeding import numpy_rng
+
+__all__ = [
+    "CARE_UNITS",
+    "CHARLSON_COLUMNS",
+    "FEATURE_NAMES",
+    "SHARED_WEIGHTS",
+    "UNIT_BASE_RATES",
+    "WINDOW_STARTS",
+    "SyntheticICU",
+]
+
+#: Care units, in the order used for stream keys and attributes.
+CARE_UNITS: tuple[str, ...] = ("CVICU", "CCU", "MICU", "Medical/Surgical ICU", "SICU", "TSICU")
+#: In-hospital mortality per care unit (MIMIC-IV, ABPS cohort).
+UNIT_BASE_RATES: dict[str, float] = {
+    "CVICU": 0.033,
+    "CCU": 0.130,
+    "MICU": 0.154,
+    "Medical/Surgical ICU": 0.141,
+    "SICU": 0.106,
+    "TSICU": 0.108,
+}
+#: Share of stays per care unit (approximately MIMIC-IV's first care units).
+UNIT_SHARES: dict[str, float] = {
+    "CVICU": 0.17,
+    "CCU": 0.12,
+    "MICU": 0.22,
+    "Medical/Surgical ICU": 0.18,
+    "SICU": 0.16,
+    "TSICU": 0.15,
+}
+#: Mean age per care unit (years).
+UNIT_AGE: dict[str, float] = {
+    "CVICU": 67.0,
+    "CCU": 70.0,
+    "MICU": 65.0,
+    "Medical/Surgical ICU": 64.0,
+    "SICU": 63.0,
+    "TSICU": 57.0,
+}
+#: First years of the 2-year windows over the shifted years 2110-2191 (41 windows).
+WINDOW_STARTS: tuple[int, ...] = tuple(range(2110, 2191, 2))
+#: Cap on the Lomax size weights (keeps the largest centers at a few thousand stays).
+SIZE_CAP = 30.0
+
+# (group, categories, prior probabilities)
+_CATEGORICAL: tuple[tuple[str, tuple[str, ...], tuple[float, ...]], ...] = (
+    ("gender", ("F", "M"), (0.44, 0.56)),
+    (
+        "race",
+        ("WHITE", "BLACK", "HISPANIC", "ASIAN", "OTHER", "UNKNOWN"),
+        (0.65, 0.10, 0.04, 0.03, 0.07, 0.11),
+    ),
+    (
+        "admission_type",
+        (
+            "EW EMER.",
+            "URGENT",
+            "ELECTIVE",
+            "OBSERVATION ADMIT",
+            "SURGICAL SAME DAY ADMISSION",
+            "DIRECT EMER.",
+        ),
+        (0.48, 0.14, 0.06, 0.08, 0.12, 0.12),
+    ),
+    (
+        "admission_location",
+        (
+            "EMERGENCY ROOM",
+            "TRANSFER FROM HOSPITAL",
+            "PHYSICIAN REFERRAL",
+            "CLINIC REFERRAL",
+            "PACU",
+            "WALK-IN/SELF REFERRAL",
+            "OTHER",
+        ),
+        (0.45, 0.15, 0.18, 0.03, 0.05, 0.02, 0.12),
+    ),
+    ("insurance", ("Medicare", "Medicaid", "Private", "Other", "No charge"), (0.40, 0.10, 0.36, 0.12, 0.02)),
+)
+
+# (flag, prevalence)
+_CHARLSON: tuple[tuple[str, float], ...] = (
+    ("charlson_mi", 0.12),
+    ("charlson_chf", 0.27),
+    ("charlson_pvd", 0.10),
+    ("charlson_cvd", 0.13),
+    ("charlson_dementia", 0.04),
+    ("charlson_copd", 0.23),
+    ("charlson_rheum", 0.04),
+    ("charlson_pud", 0.03),
+    ("charlson_liver", 0.10),
+    ("charlson_diabetes", 0.27),
+    ("charlson_renal", 0.21),
+    ("charlson_malignancy", 0.14),
+)
+
+# (vital, mean, between-patient sd, typical drop to min, typical rise to max, lower, upper bound,
+#  severity loading)
+_VITALS: tuple[tuple[str, float, float, float, float, float, float, float], ...] = (
+    ("heart_rate", 86.0, 14.0, 18.0, 24.0, 20.0, 220.0, 0.25),
+    ("sbp", 119.0, 14.0, 27.0, 30.0, 40.0, 250.0, -0.25),
+    ("dbp", 62.0, 9.0, 18.0, 24.0, 15.0, 150.0, -0.15),
+    ("mbp", 79.0, 9.0, 20.0, 27.0, 25.0, 180.0, -0.25),
+    ("resp_rate", 19.5, 3.5, 7.0, 10.0, 4.0, 60.0, 0.25),
+    ("spo2", 96.8, 1.6, 6.0, 2.5, 50.0, 100.0, -0.25),
+    ("temperature", 36.9, 0.45, 0.7, 0.7, 32.0, 42.0, 0.10),
+)
+
+# Hand-set unit profiles: log-odds offsets on categories / flags (column name -> offset).
+_UNIT_PROFILE: dict[str, dict[str, float]] = {
+    "CVICU": {
+        "admission_type_SURGICAL_SAME_DAY_ADMISSION": 1.5,
+        "admission_type_ELECTIVE": 1.0,
+        "admission_location_PHYSICIAN_REFERRAL": 0.6,
+        "charlson_mi": 0.6,
+        "charlson_pvd": 0.5,
+        "charlson_malignancy": -0.6,
+        "charlson_liver": -0.6,
+    },
+    "CCU": {
+        "admission_type_DIRECT_EMER": 0.4,
+        "admission_location_TRANSFER_FROM_HOSPITAL": 0.5,
+        "charlson_mi": 1.2,
+        "charlson_chf": 0.8,
+        "charlson_renal": 0.3,
+    },
+    "MICU": {
+        "admission_location_EMERGENCY_ROOM": 0.4,
+        "charlson_liver": 0.6,
+        "charlson_copd": 0.4,
+        "charlson_malignancy": 0.3,
+        "charlson_renal": 0.3,
+    },
+    "Medical/Surgical ICU": {"charlson_malignancy": 0.3, "admission_location_TRANSFER_FROM_HOSPITAL": 0.3},
+    "SICU": {
+        "admission_type_SURGICAL_SAME_DAY_ADMISSION": 0.7,
+        "admission_location_PACU": 0.8,
+        "charlson_cvd": 0.6,
+        "charlson_malignancy": 0.4,
+    },
+    "TSICU": {
+        "admission_type_EW_EMER": 0.7,
+        "admission_location_EMERGENCY_ROOM": 0.8,
+        "charlson_cvd": 0.3,
+        "charlson_dementia": -0.5,
+    },
+}
+
+#: Shared logistic weights ``w*`` (per standardized continuous unit, per binary flag); columns
+#: not listed have weight 0.
+SHARED_WEIGHTS: dict[str, float] = {
+    "age": 0.35,
+    "gender_M": 0.05,
+    "race_BLACK": -0.10,
+    "race_ASIAN": 0.25,
+    "race_HISPANIC": -0.15,
+    "race_UNKNOWN": 0.45,
+    "admission_type_EW_EMER": 0.15,
+    "admission_type_URGENT": 0.30,
+    "admission_type_ELECTIVE": -0.70,
+    "admission_type_OBSERVATION_ADMIT": -0.40,
+    "admission_type_SURGICAL_SAME_DAY_ADMISSION": -0.70,
+    "admission_type_DIRECT_EMER": 0.35,
+    "admission_location_EMERGENCY_ROOM": 0.10,
+    "admission_location_TRANSFER_FROM_HOSPITAL": 0.45,
+    "admission_location_PHYSICIAN_REFERRAL": -0.15,
+    "admission_location_CLINIC_REFERRAL": -0.50,
+    "admission_location_PACU": -0.60,
+    "admission_location_WALK_IN_SELF_REFERRAL": -0.50,
+    "insurance_Medicare": 0.10,
+    "insurance_Medicaid": 0.25,
+    "insurance_Private": -0.10,
+    "insurance_No_charge": 0.60,
+    "charlson_mi": 0.20,
+    "charlson_chf": 0.30,
+    "charlson_pvd": 0.20,
+    "charlson_cvd": 0.40,
+    "charlson_dementia": 0.80,
+    "charlson_copd": 0.15,
+    "charlson_rheum": 0.40,
+    "charlson_pud": 0.50,
+    "charlson_liver": 0.60,
+    "charlson_diabetes": 0.05,
+    "charlson_renal": 0.30,
+    "charlson_malignancy": 0.55,
+    "heart_rate_mean": 0.05,
+    "heart_rate_min": -0.45,
+    "heart_rate_max": 0.55,
+    "sbp_mean": -0.05,
+    "sbp_min": -0.45,
+    "sbp_max": 0.40,
+    "dbp_mean": -0.10,
+    "dbp_min": -0.30,
+    "dbp_max": 0.30,
+    "mbp_mean": 0.20,
+    "mbp_min": -0.35,
+    "resp_rate_mean": 0.05,
+    "resp_rate_min": -0.40,
+    "resp_rate_max": 0.50,
+    "spo2_mean": -0.10,
+    "spo2_min": -0.40,
+    "spo2_max": 0.35,
+    "temperature_mean": -0.10,
+    "temperature_min": -0.45,
+    "temperature_max": 0.40,
+}
+
+# Internal scales (see the module docstring).
+_LAMBDA_W = 0.07  # model heterogeneity scale
+_LAMBDA_X = 0.20  # feature-shift scale (sd units / log-odds)
+_KAPPA = 0.5  # center-level noise relative to the unit level
+_RATE_WALK = 0.3  # base-rate drift scale (log-odds, times drift)
+_RATE_JITTER = 0.2  # center base-rate jitter (log-odds)
+_INTERACTION = 0.9  # age x mean heart rate (standardized) coefficient
+_HINGE = 1.2  # hypotension hinge coefficient
+
+
+def _sanitize(text: str) -> str:
+    return re.sub(r"[^0-9A-Za-z]+", "_", text).strip("_")
+
+
+def _schema() -> tuple[tuple[str, ...], np.ndarray, tuple[str, ...]]:
+    names = ["age"]
+    for group, cats, _ in _CATEGORICAL:
+        names += [f"{group}_{_sanitize(c)}" for c in cats]
+    charlson = tuple(name for name, _ in _CHARLSON)
+    names += list(charlson)
+    for vital, *_ in _VITALS:
+        names += [f"{vital}_mean", f"{vital}_min", f"{vital}_max"]
+    continuous = np.array([n == "age" or n.endswith(("_mean", "_min", "_max")) for n in names])
+    return tuple(names), continuous, charlson
+
+
+FEATURE_NAMES, _CONTINUOUS, CHARLSON_COLUMNS = _schema()
+_COL = {name: j for j, name in enumerate(FEATURE_NAMES)}
+# Feature-shift dimensions: age, 7 vital levels, then one log-odds per category and per flag.
+_SHIFT_DIM = 1 + len(_VITALS) + sum(len(c) for _, c, _ in _CATEGORICAL) + len(_CHARLSON)
+
+
+def _logit(p: np.ndarray | float) -> np.ndarray:
+    p = np.asarray(p, dtype=np.float64)
+    return np.log(p) - np.log1p(-p)
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+def _check_number(name: str, value: object, low: float, *, strict: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    v = float(value)
+    if not np.isfinite(v) or (v <= low if strict else v < low):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {low}, got {value}")
+    return v
+
+
+def _check_int(name: str, value: object, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return int(value)
+
+
+def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
+    exact = total * weights / weights.sum()
+    counts = np.floor(exact).astype(np.int64)
+    short = total - int(counts.sum())
+    counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1
+    return counts
+
+
+def _walk(rng: np.random.Generator, dim: int) -> np.ndarray:
+    """Centred Gaussian random walk over the windows, ``[len(WINDOW_STARTS), dim]``, end sd ~1."""
+    steps = rng.standard_normal((len(WINDOW_STARTS), dim)) / np.sqrt(len(WINDOW_STARTS))
+    walk = np.cumsum(steps, axis=0)
+    return walk - walk.mean(axis=0)
+
+
+class SyntheticICU(DataSource):
+    """FedProx-Synthetic(alpha, beta) ICU federation with a binary mortality label.
+
+    See the module docstring for the generative model. Sites are care unit x 2-year window
+    (``"MICU 2130-2131"``); ``build`` splits each center 80/10/10 (stratified) and standardizes
+    its continuous features on its own train split.
+
+    Args:
+        num_centers: Number of (care unit, window) centers, 1 to ``6 * 41 = 246``.
+        num_stays: Total ICU stays (>= ``num_centers * min_stays``).
+        alpha: Model heterogeneity across care units (FedProx alpha, >= 0).
+        beta: Feature heterogeneity across care units (FedProx beta, >= 0).
+        drift: Scale of the within-unit random walk of features, weights and base rate over
+            windows (>= 0).
+        size_tail: Lomax (Pareto II) shape of the center sizes (> 0); smaller = heavier tail.
+        signal: Multiplier of the shared weights and nonlinearity (> 0); larger = more
+            predictable mortality.
+        min_stays: Fewest stays per center (>= 10).
+        partitioner: How rows become centers in :meth:`build`; ``None`` = :class:`Natural`
+            (one center per site).
+        seed: If given, fixes the data regardless of the run seed passed to :meth:`table` /
+            :meth:`build` (so training seeds can vary over the same data).
+
+    Raises:
+        ValueError: On an argument out of range (the message names it).
+    """
+
+    def __init__(
+        self,
+        num_centers: int = 230,
+        num_stays: int = 71000,
+        alpha: float = 0.5,
+        beta: float = 0.5,
+        drift: float = 0.3,
+        size_tail: float = 1.0,
+        signal: float = 0.85,
+        min_stays: int = 40,
+        partitioner: Partitioner | None = None,
+        seed: int | None = None,
+    ) -> None:
+        max_centers = len(CARE_UNITS) * len(WINDOW_STARTS)
+        self.num_centers = _check_int("num_centers", num_centers, 1)
+        if self.num_centers > max_centers:
+            raise ValueError(
+                f"num_centers must be <= {max_centers} (6 care units x 41 windows), got {num_centers}"
+            )
+        self.min_stays = _check_int("min_stays", min_stays, 10)
+        self.num_stays = _check_int("num_stays", num_stays, 1)
+        if self.num_stays < self.num_centers * self.min_stays:
+            raise ValueError(
+                f"num_stays must be >= num_centers * min_stays = {self.num_centers * self.min_stays}, "
+                f"got {num_stays}"
+            )
+        self.alpha = _check_number("alpha", alpha, 0.0, strict=False)
+        self.beta = _check_number("beta", beta, 0.0, strict=False)
+        self.drift = _check_number("drift", drift, 0.0, strict=False)
+        self.size_tail = _check_number("size_tail", size_tail, 0.0, strict=True)
+        self.signal = _check_number("signal", signal, 0.0, strict=True)
+        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
+            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
+        self.partitioner = partitioner
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        self.seed = None if seed is None else int(seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"SyntheticICU(num_centers={self.num_centers}, num_stays={self.num_stays}, alpha={self.alpha}, "
+            f"beta={self.beta}, drift={self.drift}, size_tail={self.size_tail}, signal={self.signal}, "
+            f"min_stays={self.min_stays}, partitioner={self.partitioner!r}, seed={self.seed})"
+        )
+
+    # ------------------------------------------------------------------ layout
+    def _layout(self) -> tuple[np.ndarray, np.ndarray]:
+        """Unit index and window index of each center (deterministic, seed-free)."""
+        by_share = sorted(range(len(CARE_UNITS)), key=lambda u: -UNIT_SHARES[CARE_UNITS[u]])
+        per_unit = np.full(len(CARE_UNITS), self.num_centers // len(CARE_UNITS))
+        per_unit[by_share[: self.num_centers % len(CARE_UNITS)]] += 1
+        units, windows = [], []
+        last = len(WINDOW_STARTS) - 1
+        for u, m in enumerate(per_unit):
+            if m == 0:
+                continue
+            idx = [last // 2] if m == 1 else np.round(np.linspace(0, last, m)).astype(int).tolist()
+            units += [u] * m
+            windows += idx
+        return np.asarray(units), np.asarray(windows)
+
+    def _run_seed(self, seed: int) -> int:
+        return int(self.seed if self.seed is not None else seed)
+
+    # ------------------------------------------------------------------ generation
+    def table(self, seed: int) -> PooledTable:
+        """Generate the pooled cohort in raw units.
+
+        Args:
+            seed: Run seed (ignored when ``self.seed`` is set).
+
+        Returns:
+            The pooled table; ``site`` is ``"<care unit> <start>-<end>"`` and ``attributes`` gives
+            each site's ``care_unit``, ``window_start`` and ``base_rate``.
+        """
+        return self._generate(self._run_seed(seed))[0]
+
+    def _generate(self, seed: int) -> tuple[PooledTable, np.ndarray]:
+        """The pooled table and each row's true log-odds of death (for diagnostics)."""
+        n_units, n_feat = len(CARE_UNITS), len(FEATURE_NAMES)
+        unit_c, window_c = self._layout()
+        n_centers = len(unit_c)
+
+        # --- unit level (FedProx alpha / beta) and drift walks
+        rng = numpy_rng(seed, "synthetic", 0)
+        u_model = rng.normal(0.0, np.sqrt(self.alpha), n_units)
+        W_unit = u_model[:, None] + rng.standard_normal((n_units, n_feat))
+        B_feat = rng.normal(0.0, np.sqrt(self.beta), n_units)
+        v_unit = B_feat[:, None] + rng.standard_normal((n_units, _SHIFT_DIM))
+        walk_w = np.stack([_walk(rng, n_feat) for _ in range(n_units)])
+        walk_x = np.stack([_walk(rng, _SHIFT_DIM) for _ in range(n_units)])
+        walk_b = np.stack([_walk(rng, 1)[:, 0] for _ in range(n_units)])
+
+        # --- center level
+        rng = numpy_rng(seed, "synthetic", 1)
+        w_star = np.array([SHARED_WEIGHTS.get(n, 0.0) for n in FEATURE_NAMES])
+        W = self.signal * w_star + _LAMBDA_W * (
+            W_unit[unit_c]
+            + self.drift * walk_w[unit_c, window_c]
+            + _KAPPA * rng.standard_normal((n_centers, n_feat))
+        )
+        M = _LAMBDA_X * (
+            v_unit[unit_c]
+            + self.drift * walk_x[unit_c, window_c]
+            + _KAPPA * rng.standard_normal((n_centers, _SHIFT_DIM))
+        )
+        jitter = rng.standard_normal(n_centers)
+        rate_logit = _RATE_WALK * self.drift * walk_b[unit_c, window_c] + _RATE_JITTER * jitter
+        size_w = np.minimum(rng.pareto(self.size_tail, n_centers), SIZE_CAP)
+        size_w = size_w * np.array([UNIT_SHARES[CARE_UNITS[u]] for u in unit_c])
+        if size_w.sum() <= 0:
+            size_w = np.ones(n_centers)
+        sizes = self.min_stays + _largest_remainder(self.num_stays - n_centers * self.min_stays, size_w)
+
+        # unit-level calibration of center base rates to the unit targets (size-weighted)
+        for u in range(n_units):
+            sel = unit_c == u
+            if not sel.any():
+                continue
+            target = UNIT_BASE_RATES[CARE_UNITS[u]]
+            lo, hi = -10.0, 10.0
+            for _ in range(60):
+                mid = 0.5 * (lo + hi)
+                rate = np.average(_sigmoid(_logit(target) + mid + rate_logit[sel]), weights=sizes[sel])
+                lo, hi = (mid, hi) if rate < target else (lo, mid)
+            rate_logit[sel] += _logit(target) + 0.5 * (lo + hi)
+        base_rate = _sigmoid(rate_logit)
+
+        # --- rows
+        rng = numpy_rng(seed, "synthetic", 2)
+        n = int(sizes.sum())
+        site_c = np.repeat(np.arange(n_centers), sizes)
+        unit_r = unit_c[site_c]
+        Mr = M[site_c]
+        x = np.empty((n, n_feat))
+        severity = rng.standard_normal(n)
+
+        age_mu = np.array([UNIT_AGE[u] for u in CARE_UNITS])[unit_r]
+        age = np.clip(age_mu + 16.0 * (Mr[:, 0] + rng.standard_normal(n)), 18.0, 95.0)
+        x[:, _COL["age"]] = age
+
+        # categorical groups
+        offset = 1 + len(_VITALS)
+        profile = np.array([[_UNIT_PROFILE[u].get(name, 0.0) for name in FEATURE_NAMES] for u in CARE_UNITS])
+        profile_r = profile[unit_r]
+        for group, cats, prior in _CATEGORICAL:
+            cols = [_COL[f"{group}_{_sanitize(c)}"] for c in cats]
+            logits = np.log(np.asarray(prior))[None, :] + profile_r[:, cols]
+            logits = logits + Mr[:, offset : offset + len(cats)]
+            if group == "insurance":
+                logits[:, 0] += np.where(age >= 65.0, 2.5, -1.0)
+            offset += len(cats)
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            cp = np.cumsum(p, axis=1)
+            draw = rng.random(n)[:, None] * cp[:, -1:]
+            choice = np.minimum((draw > cp).sum(axis=1), len(cats) - 1)
+            x[:, cols] = np.eye(len(cats))[choice]
+
+        # Charlson flags
+        charlson_cols = [_COL[c] for c in CHARLSON_COLUMNS]
+        prev = np.array([p for _, p in _CHARLSON])
+        logit_flags = (
+            _logit(prev)[None, :]
+            + profile_r[:, charlson_cols]
+            + Mr[:, offset : offset + len(_CHARLSON)]
+            + 0.35 * ((age - 65.0) / 10.0)[:, None]
+            + 0.3 * severity[:, None]
+        )
+        x[:, charlson_cols] = (rng.random((n, len(_CHARLSON))) < _sigmoid(logit_flags)).astype(np.float64)
+
+        # vitals: mean / min / max
+        for j, (vital, mu, sd, drop, rise, low, high, load) in enumerate(_VITALS):
+            z = load * severity + np.sqrt(1.0 - load**2) * rng.standard_normal(n)
+            mean = mu + sd * (Mr[:, 1 + j] + z)
+            if vital == "mbp":  # MAP ~ (SBP + 2 DBP) / 3
+                mean = 0.5 * mean + 0.5 * (x[:, _COL["sbp_mean"]] + 2.0 * x[:, _COL["dbp_mean"]]) / 3.0
+            spread = rng.standard_normal((2, n))
+            vmin = mean - drop * np.exp(0.35 * spread[0] + 0.1 * severity)
+            vmax = mean + rise * np.exp(0.35 * spread[1] + 0.1 * severity)
+            x[:, _COL[f"{vital}_mean"]] = np.clip(mean, low, high)
+            x[:, _COL[f"{vital}_min"]] = np.clip(vmin, low, high)
+            x[:, _COL[f"{vital}_max"]] = np.clip(vmax, low, high)
+
+        # --- label
+        f = x.copy()
+        cont = _CONTINUOUS
+        ref_sd = x[:, cont].std(axis=0)
+        f[:, cont] = (x[:, cont] - x[:, cont].mean(axis=0)) / np.where(ref_sd > 0, ref_sd, 1.0)
+        eta = np.einsum("ij,ij->i", W[site_c], f)
+        eta += self.signal * (
+            _INTERACTION * f[:, _COL["age"]] * f[:, _COL["heart_rate_mean"]]
+            + _HINGE * np.maximum(-f[:, _COL["mbp_min"]] - 0.5, 0.0)
+        )
+        # per-center intercept so that the center's expected mortality equals its base rate
+        lo, hi = np.full(n_centers, -30.0), np.full(n_centers, 30.0)
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            rate = np.bincount(site_c, _sigmoid(mid[site_c] + eta), minlength=n_centers) / sizes
+            low_side = rate < base_rate
+            lo, hi = np.where(low_side, mid, lo), np.where(low_side, hi, mid)
+        intercept = 0.5 * (lo + hi)
+        true_logit = intercept[site_c] + eta
+        y = (rng.random(n) < _sigmoid(true_logit)).astype(np.int64)
+
+        starts = np.asarray(WINDOW_STARTS)[window_c]
+        year = starts[site_c] + rng.integers(0, 2, n)
+        labels = np.array([f"{CARE_UNITS[u]} {s}-{s + 1}" for u, s in zip(unit_c, starts, strict=True)])
+        attributes = {
+            str(labels[k]): {
+                "care_unit": CARE_UNITS[unit_c[k]],
+                "window_start": int(starts[k]),
+                "base_rate": float(base_rate[k]),
+            }
+            for k in range(n_centers)
+        }
+        table = PooledTable(
+            x=x,
+            y=y,
+            feature_names=FEATURE_NAMES,
+            continuous=_CONTINUOUS.copy(),
+            year=year.astype(np.int64),
+            site=labels[site_c],
+            charlson_columns=CHARLSON_COLUMNS,
+            attributes=attributes,
+        )
+        return table, true_logit
+
+    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
+        """Generate the cohort and turn it into a federation.
+
+        Args:
+            seed: Run seed (the data part is overridden by ``self.seed`` when set; splits use
+                the same effective seed).
+            split: Train/val/test fractions per center.
+
+        Returns:
+            ``build_federation(table, partitioner.assign(table, seed), seed)``.
+        """
+        seed = self._run_seed(seed)
+        table = self.table(seed)
+        partitioner = self.partitioner if self.partitioner is not None else Natural()
+        return build_federation(table, partitioner.assign(table, seed), seed, split=split)

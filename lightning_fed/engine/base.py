@@ -1,0 +1,95 @@
+"""What every local-training engine provides (packed and sequential share this interface).
+
+An engine owns the per-center parameters and optimizer states of one federation and trains all
+centers for one round of local epochs. Parameters go in and out as stacked tensors ``[C, ...]`` in
+center order, which is what aggregation (a mixing matrix) works on.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fed.models.base import CenterModule
+
+__all__ = ["Engine", "TrainSet"]
+
+#: One center's (or training group's) training rows: features ``[n, F]`` and labels ``[n]``.
+TrainSet = tuple[Tensor, Tensor]
+
+
+class Engine(ABC):
+    """Local training for all centers of a federation.
+
+    Call :meth:`setup` once, then :meth:`train_round` per round; :meth:`get_params` /
+    :meth:`set_params` move stacked parameters in and out between rounds.
+    """
+
+    module: CenterModule
+    num_models: int
+
+    @abstractmethod
+    def setup(
+        self,
+        module: CenterModule,
+        train: Sequence[TrainSet],
+        *,
+        batch_size: int,
+        epochs: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
+        """Copy ``module``'s (already initialized) parameters to every model and index the data."""
+
+    @abstractmethod
+    def train_round(self, round_idx: int) -> Tensor:
+        """Run the local epochs of round ``round_idx``; returns each model's mean batch loss ``[C]``."""
+
+    @abstractmethod
+    def get_params(self) -> dict[str, Tensor]:
+        """Stacked parameters ``{name: [C, ...]}`` in center order (a copy)."""
+
+    @abstractmethod
+    def set_params(self, params: dict[str, Tensor]) -> None:
+        """Overwrite the parameters (optimizer states are kept)."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters and optimizer states."""
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+
+    @torch.no_grad()
+    def predict(self, params: dict[str, Tensor], x: Tensor, chunk: int = 64) -> Tensor:
+        """Logits ``[C, n]`` of ``C`` stacked models on their own padded inputs ``[C, n, F]`` (eval mode)."""
+        self.module.eval()
+        device = next(iter(params.values())).device
+        out = []
+        for lo in range(0, x.shape[0], chunk):
+            p = {k: v[lo : lo + chunk] for k, v in params.items()}
+            out.append(packed_logits(self.module, p, x[lo : lo + chunk].to(device), None))
+        return torch.cat(out) if out else x.new_zeros(0, x.shape[1])
+
+
+def packed_logits(module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None) -> Tensor:
+    """``module.packed_forward`` when the module has one, else ``vmap`` over ``functional_call``.
+
+    In the vmap path dropout draws from torch's global generator (``randomness="different"`` gives
+    every center its own mask); callers seed it from the run seed through ``torch.random.fork_rng``.
+    """
+    if module.has_packed_forward:
+        return module.packed_forward(params, x, generator)
+
+    def single(p: dict[str, Tensor], xb: Tensor) -> Tensor:
+        return torch.func.functional_call(module, p, (xb,))
+
+    return torch.vmap(single, randomness="different")(params, x)

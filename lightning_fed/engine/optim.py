@@ -1,0 +1,148 @@
+"""Functional Adam and SGD on stacked per-center tensors, with per-center step counts.
+
+The packed engine reads the optimizer a :class:`~lightning_fed.models.base.CenterModule` returns from
+``configure_optimizers`` and replays its update rule on tensors whose leading dimension is the
+center. Only the first ``k`` centers (a prefix: the packed engine sorts centers by batch count) step
+at a time, and each keeps its own step count, so a center with fewer batches neither moves nor
+advances its bias correction: the packed update equals ``torch.optim.Adam`` / ``SGD`` run per center
+(checked in float64 by the engine-equivalence tests).
+
+Adam (Kingma & Ba 2015, torch's L2 ``weight_decay``), per center with step count ``t``:
+    g <- g + wd * p;  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+    p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+SGD with momentum mu, dampening d (torch semantics, buffer = g on a center's first step):
+    g <- g + wd * p;  buf <- mu buf + (1 - d) g;  p <- p - lr * (g + mu buf if nesterov else buf)
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["StackedOptimizer", "StackedAdam", "StackedSGD", "stacked_optimizer_for"]
+
+
+def _per_center(vec: Tensor, like: Tensor) -> Tensor:
+    """Reshape a ``[k]`` vector to broadcast against ``[k, ...]``."""
+    return vec.view(-1, *([1] * (like.dim() - 1)))
+
+
+class StackedOptimizer(ABC):
+    """An optimizer over stacked tensors ``[C, ...]``; state is a dict of stacked tensors."""
+
+    @abstractmethod
+    def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Fresh state for stacked ``params`` (includes ``"step"``: int64 ``[C]``)."""
+
+    @abstractmethod
+    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+        """Update the first ``k`` centers in place (``params`` and ``state`` are full stacks)."""
+
+
+class StackedAdam(StackedOptimizer):
+    """Adam with torch's semantics (L2 weight decay, no amsgrad) on stacked tensors."""
+
+    def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+        self.lr, self.eps, self.weight_decay = float(lr), float(eps), float(weight_decay)
+        self.beta1, self.beta2 = (float(b) for b in betas)
+
+    def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        first = next(iter(params.values()))
+        state = {"step": torch.zeros(first.shape[0], dtype=torch.int64, device=first.device)}
+        for name, p in params.items():
+            state[f"exp_avg.{name}"] = torch.zeros_like(p)
+            state[f"exp_avg_sq.{name}"] = torch.zeros_like(p)
+        return state
+
+    @torch.no_grad()
+    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+        steps = state["step"][:k]
+        steps += 1
+        t = steps.to(torch.float64)
+        bc1 = 1.0 - self.beta1**t
+        bc2_sqrt = torch.sqrt(1.0 - self.beta2**t)
+        for name, g in grads.items():
+            p = params[name][:k]
+            m, v = state[f"exp_avg.{name}"][:k], state[f"exp_avg_sq.{name}"][:k]
+            if self.weight_decay:
+                g = g.add(p, alpha=self.weight_decay)
+            m.lerp_(g, 1.0 - self.beta1)
+            v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
+            denom = (v.sqrt() / _per_center(bc2_sqrt, v).to(v.dtype)).add_(self.eps)
+            step_size = _per_center(self.lr / bc1, p).to(p.dtype)
+            p.sub_(step_size * m / denom)
+
+
+class StackedSGD(StackedOptimizer):
+    """SGD with optional momentum, dampening, Nesterov and L2 weight decay (torch semantics)."""
+
+    def __init__(self, lr: float, momentum: float, dampening: float, nesterov: bool, weight_decay: float) -> None:
+        self.lr, self.momentum, self.dampening = float(lr), float(momentum), float(dampening)
+        self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
+
+    def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
+        first = next(iter(params.values()))
+        state = {"step": torch.zeros(first.shape[0], dtype=torch.int64, device=first.device)}
+        if self.momentum:
+            state.update({f"momentum_buffer.{n}": torch.zeros_like(p) for n, p in params.items()})
+        return state
+
+    @torch.no_grad()
+    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+        first_step = state["step"][:k] == 0
+        state["step"][:k] += 1
+        for name, g in grads.items():
+            p = params[name][:k]
+            if self.weight_decay:
+                g = g.add(p, alpha=self.weight_decay)
+            if self.momentum:
+                buf = state[f"momentum_buffer.{name}"][:k]
+                updated = buf * self.momentum + g * (1.0 - self.dampening)
+                buf.copy_(torch.where(_per_center(first_step, g), g, updated))
+                g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
+            p.sub_(g, alpha=self.lr)
+
+
+def _only_optimizer(configured: Any) -> torch.optim.Optimizer:
+    """The single optimizer out of whatever ``configure_optimizers`` returned."""
+    if isinstance(configured, dict):
+        configured = configured.get("optimizer")
+    if isinstance(configured, list | tuple) and len(configured) == 1:
+        configured = configured[0]
+    if not isinstance(configured, torch.optim.Optimizer):
+        raise TypeError(
+            "configure_optimizers must return one torch.optim.Optimizer for federated training, "
+            f"got {type(configured).__name__}"
+        )
+    if len(configured.param_groups) != 1:
+        raise ValueError("the packed engine supports one parameter group per optimizer")
+    return configured
+
+
+def stacked_optimizer_for(configured: Any) -> StackedOptimizer:
+    """Build the stacked equivalent of the optimizer ``configure_optimizers`` returned.
+
+    Raises:
+        TypeError: For optimizers other than Adam and SGD (use ``trainer.engine`` =
+            ``SequentialEngine`` for those).
+    """
+    opt = _only_optimizer(configured)
+    group = opt.param_groups[0]
+    # Exact type checks: subclasses (AdamW, ...) have other update rules.
+    if type(opt) is torch.optim.Adam:
+        if group.get("amsgrad") or group.get("maximize"):
+            raise TypeError("the packed engine's Adam supports neither amsgrad nor maximize")
+        return StackedAdam(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+    if type(opt) is torch.optim.SGD:
+        if group.get("maximize"):
+            raise TypeError("the packed engine's SGD does not support maximize")
+        return StackedSGD(
+            group["lr"], group["momentum"], group["dampening"], group["nesterov"], group["weight_decay"]
+        )
+    raise TypeError(
+        f"the packed engine supports torch.optim.Adam and SGD, not {type(opt).__name__}: "
+        "use --trainer.engine=lightning_fed.engine.SequentialEngine"
+    )

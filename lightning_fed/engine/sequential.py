@@ -1,0 +1,88 @@
+"""The sequential reference engine: a plain loop over centers with ``torch.optim``.
+
+Each center owns a copy of the module and the optimizer its ``configure_optimizers`` returns, and
+trains on the batches of :mod:`lightning_fed.engine.schedule`. It is the reference the packed engine
+is tested against, and the fallback for models that cannot be packed (custom optimizers, layers that
+``vmap`` does not support).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fed.engine.base import Engine, TrainSet
+from lightning_fed.engine.optim import _only_optimizer
+from lightning_fed.engine.schedule import center_batches
+from lightning_fed.models.base import CenterModule
+from lightning_fed.seeding import derive_seed
+
+__all__ = ["SequentialEngine"]
+
+
+class SequentialEngine(Engine):
+    """Train centers one after another, each with its own module copy and torch optimizer."""
+
+    def setup(
+        self,
+        module: CenterModule,
+        train: Sequence[TrainSet],
+        *,
+        batch_size: int,
+        epochs: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    ) -> None:
+        self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
+        self.autocast, self.device = autocast, torch.device(device)
+        self.num_models = len(train)
+        self.data = [(x.to(self.device, dtype), y.to(self.device, dtype)) for x, y in train]
+        self.models = [copy.deepcopy(module).to(self.device, dtype) for _ in train]
+        self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
+
+    def train_round(self, round_idx: int) -> Tensor:
+        losses = torch.zeros(self.num_models, dtype=torch.float64)
+        for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
+            model.train()
+            batches = center_batches(len(y), self.batch_size, self.epochs, self.seed, round_idx, c)
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+                torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, c))
+                for b in batches:
+                    rows = b[b >= 0].to(self.device)
+                    opt.zero_grad(set_to_none=True)
+                    with self.autocast():
+                        logits = model(x[rows])
+                    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.to(y.dtype), y[rows])
+                    loss.backward()
+                    opt.step()
+                    losses[c] += loss.item()
+            losses[c] /= len(batches)
+        return losses
+
+    def get_params(self) -> dict[str, Tensor]:
+        names = [n for n, _ in self.module.named_parameters()]
+        return {n: torch.stack([dict(m.named_parameters())[n].detach() for m in self.models]) for n in names}
+
+    @torch.no_grad()
+    def set_params(self, params: dict[str, Tensor]) -> None:
+        for c, model in enumerate(self.models):
+            for n, p in model.named_parameters():
+                p.copy_(params[n][c])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "params": self.get_params(),
+            "optimizers": [opt.state_dict() for opt in self.optimizers],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_params(state["params"])
+        for opt, s in zip(self.optimizers, state["optimizers"], strict=True):
+            opt.load_state_dict(s)

@@ -1,0 +1,225 @@
+"""The federation: the round loop, and nothing else.
+
+:class:`Federation` owns the order of a round. Decision plugins (the engine, the algorithm) are
+called directly and their results used; observers (progress bar, W&B, parquet, checkpoint) are
+Fabric callbacks reached through ``fabric.call``, which discards return values.
+
+Observer hooks, in call order (each receives the federation first)::
+
+    on_fit_start(federation)
+    for each round r:
+        on_round_start(federation, r)
+        # engine.train_round(r)            local training, all centers at once
+        # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
+        # evaluation                       per-center validation and test AUROC
+        on_round_end(federation, result)   result: RoundResult; a callback may set
+                                           federation.should_stop = True
+    on_fit_end(federation, summary)        summary: dict of final metrics
+
+Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) also go to
+``fabric.log_dict`` so every Fabric logger (W&B) receives them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
+from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
+from lightning_fed.metrics import summarize
+from lightning_fed.models.base import CenterModule
+from lightning_fed.seeding import derive_seed
+from lightning_fed.types import RoundResult, TrainerConfig
+
+__all__ = ["Federation"]
+
+
+class Federation:
+    """Train a federation of centers round by round.
+
+    Args:
+        data: The centers.
+        module: The per-center model (its current parameters are replaced by a seeded init).
+        algorithm: The federated method.
+        trainer: Round-loop settings (rounds, local epochs, batch size, engine, dtype).
+        fabric: Fabric for device, precision, loggers and callbacks (a CPU Fabric by default).
+        seed: The run seed every draw derives from.
+        wire: The wire (identity encoding, fresh ledger by default).
+    """
+
+    def __init__(
+        self,
+        data: FederatedData,
+        module: CenterModule,
+        algorithm: Algorithm,
+        trainer: TrainerConfig | None = None,
+        fabric: Fabric | None = None,
+        seed: int = 0,
+        wire: Wire | None = None,
+    ) -> None:
+        self.data, self.module, self.algorithm = data, module, algorithm
+        self.trainer = trainer if trainer is not None else TrainerConfig()
+        self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)
+        if self.fabric.world_size > 1:
+            raise ValueError(
+                "fabric.devices/num_nodes > 1: multi-process federations (DDP-packed centers) are not "
+                "available in this version; run with fabric.devices=1"
+            )
+        self.seed, self.wire = int(seed), wire if wire is not None else Wire()
+        self.engine = self.trainer.engine
+        self.dtype = getattr(torch, self.trainer.dtype)
+        self.round = 0
+        self.should_stop = False
+        self.last_result: RoundResult | None = None
+        self._setup()
+
+    def _setup(self) -> None:
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed(self.seed, "init"))
+            self.module.set_num_features(self.data.num_features)
+            for layer in self.module.modules():
+                if hasattr(layer, "reset_parameters"):
+                    layer.reset_parameters()
+        self.module.to(self.fabric.device, self.dtype)
+        self.algorithm.setup(self.data, self.module)
+        groups = self.algorithm.train_groups(self.data)
+        self.assignment = torch.empty(self.data.num_centers, dtype=torch.int64)
+        train = []
+        for g, members in enumerate(groups):
+            self.assignment[members] = g
+            centers = [self.data.centers[c] for c in members]
+            train.append((torch.cat([c.x_train for c in centers]), torch.cat([c.y_train for c in centers])))
+        self.engine.setup(
+            self.module,
+            train,
+            batch_size=self.trainer.batch_size,
+            epochs=self.trainer.local_epochs,
+            seed=self.seed,
+            device=self.fabric.device,
+            dtype=self.dtype,
+            autocast=self.fabric.autocast,
+        )
+        self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
+        self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
+
+    @property
+    def num_shared_parameters(self) -> int:
+        """|W|: parameters per center that cross the wire."""
+        return sum(p.numel() for n, p in self.module.named_parameters() if n in self.algorithm.shared_names)
+
+    def center_params(self) -> dict[str, Tensor]:
+        """Each center's current model as stacked tensors ``[C, ...]`` (Centralized: the one model)."""
+        params = self.engine.get_params()
+        if self.engine.num_models == self.data.num_centers:
+            return params
+        index = self.assignment.to(next(iter(params.values())).device)
+        return {n: p.index_select(0, index) for n, p in params.items()}
+
+    def evaluate(self, split: str = "test") -> Evaluation:
+        """Per-center AUROC on ``"val"`` or ``"test"``."""
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        return evaluate(self.engine, self.center_params(), self.val if split == "val" else self.test)
+
+    def fit(self) -> dict[str, Any]:
+        """Run the remaining rounds; returns the summary (also passed to ``on_fit_end``)."""
+        start = time.perf_counter()
+        self.fabric.call("on_fit_start", self)
+        while self.round < self.trainer.rounds and not self.should_stop:
+            result = self._run_round(self.round)
+            self.last_result = result
+            self.round += 1
+            self.fabric.log_dict(self._round_scalars(result), step=result.round)
+            self.fabric.call("on_round_end", self, result)
+        summary = self.summary(wall_seconds=time.perf_counter() - start)
+        self.fabric.log_dict({f"final/{k}": v for k, v in summary.items() if isinstance(v, int | float)})
+        self.fabric.call("on_fit_end", self, summary)
+        return summary
+
+    def _run_round(self, r: int) -> RoundResult:
+        self.fabric.call("on_round_start", self, r)
+        t0 = time.perf_counter()
+        losses = self.engine.train_round(r)
+        t1 = time.perf_counter()
+        self.engine.set_params(self.algorithm.aggregate(r, self.engine.get_params(), self.wire))
+        t2 = time.perf_counter()
+        val, test = self.evaluate("val"), self.evaluate("test")
+        t3 = time.perf_counter()
+        ledger = self.wire.ledger
+        stats = {
+            "seconds_train": t1 - t0,
+            "seconds_aggregate": t2 - t1,
+            "seconds_eval": t3 - t2,
+            **self.algorithm.round_stats(),
+        }
+        return RoundResult(
+            round=r,
+            train_loss=losses.cpu()[self.assignment],
+            val_auroc=val.auroc,
+            test_auroc=test.auroc,
+            bytes_per_center=ledger.per_center(self.data.num_centers, r),
+            bytes_round=ledger.round_total(r),
+            bytes_cumulative=ledger.total(),
+            seconds=t3 - t0,
+            stats=stats,
+        )
+
+    @staticmethod
+    def _round_scalars(result: RoundResult) -> dict[str, float]:
+        val, test = summarize(result.val_auroc), summarize(result.test_auroc)
+        return {
+            "round": result.round,
+            "val_auroc_mean": val.mean,
+            "val_auroc_std": val.std,
+            "test_auroc_mean": test.mean,
+            "test_auroc_std": test.std,
+            "train_loss_mean": float(result.train_loss.mean()),
+            "bytes_round": result.bytes_round,
+            "mb_cumulative": result.bytes_cumulative / 1e6,
+            **result.stats,
+        }
+
+    def summary(self, wall_seconds: float | None = None) -> dict[str, Any]:
+        """Final metrics: per-center test/val AUROC summaries, pooled AUROC, bytes, rounds."""
+        test, val = self.evaluate("test"), self.evaluate("val")
+        t, v = summarize(test.auroc), summarize(val.auroc)
+        total = self.wire.ledger.total()
+        return {
+            "test_auroc_mean": t.mean,
+            "test_auroc_std": t.std,
+            "test_auroc_undefined": t.n_undefined,
+            "test_auroc_pooled": test.pooled_auroc,
+            "val_auroc_mean": v.mean,
+            "val_auroc_std": v.std,
+            "val_auroc_undefined": v.n_undefined,
+            "total_bytes": total,
+            "total_mb": total / 1e6,
+            "rounds": self.round,
+            "num_centers": self.data.num_centers,
+            "shared_parameters": self.num_shared_parameters,
+            "seed": self.seed,
+            "wall_seconds": wall_seconds,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to evaluate or continue: engine, algorithm, ledger, round."""
+        return {
+            "round": self.round,
+            "engine": self.engine.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
+            "ledger": self.wire.ledger.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        self.round = int(state["round"])
+        self.engine.load_state_dict(state["engine"])
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.wire.ledger.load_state_dict(state["ledger"])

@@ -1,0 +1,58 @@
+"""Atomic file writes: an interrupted run never leaves a half-written output.
+
+Each writer writes to a temporary file in the destination folder and ``os.replace``-s it over the
+target, which is atomic on POSIX file systems.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_path", "write_json", "write_text", "save_torch"]
+
+
+@contextmanager
+def atomic_path(target: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success rename it over ``target``."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write(target: str | Path, writer: Callable[[Path], Any]) -> Path:
+    with atomic_path(target) as tmp:
+        writer(tmp)
+    return Path(target)
+
+
+def write_text(target: str | Path, text: str) -> Path:
+    """Write ``text`` atomically."""
+    return _write(target, lambda p: p.write_text(text))
+
+
+def write_json(target: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON atomically (NaN is written as ``NaN``, as Python's json does)."""
+    return write_text(target, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def save_torch(target: str | Path, obj: Any) -> Path:
+    """``torch.save`` atomically."""
+    import torch
+
+    return _write(target, lambda p: torch.save(obj, p))

@@ -1,0 +1,69 @@
+"""Frozen records handed to observer hooks, and the training settings of a federation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from torch import Tensor
+
+from lightning_fed.engine.base import Engine
+
+__all__ = ["RoundResult", "TrainerConfig"]
+
+
+@dataclass(frozen=True, eq=False)
+class RoundResult:
+    """What one round produced (passed to ``on_round_end``).
+
+    Attributes:
+        round: Round index (0-based).
+        train_loss: Mean local batch loss per center ``[C]``.
+        val_auroc: Validation AUROC per center ``[C]`` (NaN when undefined).
+        test_auroc: Test AUROC per center ``[C]`` (NaN when undefined).
+        bytes_per_center: Bytes on edges touching each center this round ``[C]``.
+        bytes_round: All bytes of this round.
+        bytes_cumulative: All bytes so far.
+        seconds: Wall time of the round.
+        stats: Scalars from the algorithm (isolation rate, E|P_i|, ...).
+    """
+
+    round: int
+    train_loss: Tensor
+    val_auroc: Tensor
+    test_auroc: Tensor
+    bytes_per_center: Tensor
+    bytes_round: int
+    bytes_cumulative: int
+    seconds: float
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+class TrainerConfig:
+    """Round-loop settings (the ``trainer`` config group).
+
+    Args:
+        rounds: Communication rounds (paper: 50).
+        local_epochs: Local epochs per round (paper: 2).
+        batch_size: Local batch size (paper: 128).
+        engine: Local-training engine; default :class:`~lightning_fed.engine.PackedEngine`.
+        dtype: Parameter dtype of local training, ``"float32"`` or ``"float64"``.
+    """
+
+    def __init__(
+        self,
+        rounds: int = 50,
+        local_epochs: int = 2,
+        batch_size: int = 128,
+        engine: Engine | None = None,
+        dtype: str = "float32",
+    ) -> None:
+        for key, value in (("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)):
+            if int(value) < 1:
+                raise ValueError(f"trainer.{key} must be >= 1, got {value}")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"trainer.dtype must be 'float32' or 'float64', got {dtype!r}")
+        if engine is None:
+            from lightning_fed.engine.packed import PackedEngine
+
+            engine = PackedEngine()
+        self.rounds, self.local_epochs, self.batch_size = int(rounds), int(local_epochs), int(batch_size)
+        self.engine, self.dtype = engine, dtype

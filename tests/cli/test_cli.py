@@ -1,0 +1,104 @@
+"""The command line: fit writes a complete run directory, test re-evaluates it, bad input fails early."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from lightning_fed.cli import main
+
+TINY = [
+    "--data.class_path=lightning_fed.data.SyntheticICU",
+    "--data.init_args.num_centers=8",
+    "--data.init_args.num_stays=1500",
+    "--model.init_args.hidden=[16, 8]",
+    "--trainer.rounds=2",
+]
+
+
+def _fit(tmp_path: Path, *extra: str) -> Path:
+    main(["fit", *TINY, f"--output.root={tmp_path}", "--output.name=run", "--output.progress_bar=false", *extra])
+    return tmp_path / "run"
+
+
+def test_fit_writes_run_dir_and_test_reevaluates(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    run = _fit(tmp_path, "--logger.enabled=false")
+    for name in ("config.yaml", "rounds.parquet", "summary.json", "checkpoint.pt"):
+        assert (run / name).is_file(), name
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["rounds"] == 2 and summary["num_centers"] == 8 and summary["method"] == "FedAvg"
+    assert summary["versions"]["torch"]
+    rounds = pl.read_parquet(run / "rounds.parquet")
+    assert rounds.shape[0] == 2 * 8
+    assert set(rounds.columns) >= {"round", "center", "name", "val_auroc", "test_auroc", "bytes", "train_loss"}
+    assert rounds["bytes"].sum() == summary["total_bytes"] * 1  # every byte touches exactly one center
+    main(["test", "--run-dir", str(run)])
+    again = json.loads((run / "test.json").read_text())
+    assert again["test_auroc_mean"] == summary["test_auroc_mean"]
+    assert "test AUROC" in capsys.readouterr().out
+
+
+def test_saved_config_reruns_to_identical_numbers(tmp_path: Path) -> None:
+    run = _fit(tmp_path, "--logger.enabled=false")
+    main(["fit", "--config", str(run / "config.yaml"), "--output.name=rerun"])
+    a = json.loads((run / "summary.json").read_text())
+    b = json.loads((tmp_path / "rerun" / "summary.json").read_text())
+    assert a["test_auroc_mean"] == b["test_auroc_mean"] and a["total_bytes"] == b["total_bytes"]
+
+
+def test_wandb_offline_run_folder_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run = _fit(tmp_path)
+    runs = list((run / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and any(runs[0].glob("*.wandb"))
+
+
+@pytest.mark.parametrize(
+    ("arg", "needle"),
+    [
+        ("--trainer.rounds=0", "trainer.rounds"),
+        ("--trainer.batch_size=-3", "trainer.batch_size"),
+        ("--model.init_args.dropout=1.5", "model.dropout"),
+        ("--fabric.precision=fp8", "fabric.precision"),
+        ("--trainer.rounds=many", "trainer.rounds"),
+        ("--data.init_args.num_centers=0", "num_centers"),
+    ],
+)
+def test_bad_config_fails_before_work_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture, arg: str, needle: str
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["fit", *TINY, f"--output.root={tmp_path}", "--logger.enabled=false", arg])
+    assert exc.value.code != 0
+    assert needle in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing may be written for an invalid config"
+
+
+def test_test_command_on_missing_run_dir_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["test", "--run-dir", str(tmp_path / "nope")])
+    assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_top_level_help_does_not_import_torch() -> None:
+    code = "import sys; from lightning_fed.cli import main; main(['--help']); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "fit" in out and out.strip().endswith("False")
+
+
+def test_root_cli_shim_runs_the_same_entry_point() -> None:
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, str(root / "cli.py"), "--help"], capture_output=True, text=True, check=True)
+    assert "lightning-fed" in out.stdout
+
+
+def test_data_that_cannot_be_split_fails_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", *TINY, "--data.init_args.num_stays=20", f"--output.root={tmp_path}", "--logger.enabled=false"])
+    assert "error" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
