@@ -4,10 +4,11 @@ Commands:
     fit   train a federation from a config; writes a run directory.
     test  re-evaluate a finished run directory from its checkpoint.
 
-Config groups: ``data``, ``model``, ``algorithm`` (class_path/init_args), ``trainer`` (rounds,
-local epochs, batch size, engine), ``fabric`` (passed to Fabric), ``logger`` (W&B), ``output``,
-and ``seed``. ``lightning-fed --help`` answers without importing torch; ``fit --help`` lists every
-key. Values given after ``--config`` override it (``--trainer.rounds=5``).
+Config groups: ``data``, ``model``, ``algorithm``, ``comm`` (the wire's encode/decode hook) and
+``callbacks`` (class_path/init_args), ``trainer`` (rounds, local epochs, batch size, engine),
+``fabric`` (passed to Fabric), ``logger`` (W&B), ``output``, and ``seed``.
+``lightning-fed --help`` answers without importing torch; ``fit --help`` lists every key.
+Values given after ``--config`` override it (``--trainer.rounds=5``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "fit_parser"]
+__all__ = ["fit_parser", "main"]
 
 USAGE = """usage: lightning-fed {fit,test} [options]
 
@@ -36,6 +37,8 @@ def fit_parser() -> Any:
     from jsonargparse import ActionConfigFile, ArgumentParser, lazy_instance
 
     from lightning_fed.algorithms import Algorithm, FedAvg
+    from lightning_fed.callbacks import Callback
+    from lightning_fed.comm import CommHook, IdentityHook
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
     from lightning_fed.models import CenterModule, MortalityMLP
@@ -51,6 +54,13 @@ def fit_parser() -> Any:
     parser.add_class_arguments(FabricConfig, "fabric")
     parser.add_class_arguments(LoggerConfig, "logger")
     parser.add_class_arguments(OutputConfig, "output")
+    parser.add_subclass_arguments(CommHook, "comm", default=lazy_instance(IdentityHook), required=False)
+    parser.add_argument(
+        "--callbacks",
+        type=list[Callback] | None,
+        default=None,
+        help="extra observer callbacks by class_path, e.g. lightning_fed.callbacks.EarlyStopping",
+    )
     return parser
 
 
@@ -92,11 +102,15 @@ def _package_versions() -> dict[str, str]:
 
 def _build_federation(init: Any, fabric: Any) -> Any:
     """Build the data and the federation; bad data or model settings end here with one clear line."""
+    from lightning_fed.comm import Wire
     from lightning_fed.federation import Federation
 
     try:
         data = init.data.build(init.seed)
-        return Federation(data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed)
+        wire = Wire(hook=init.comm)
+        return Federation(
+            data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed, wire=wire
+        )
     except (ValueError, TypeError, FileNotFoundError) as err:
         _fail(str(err))
 
@@ -121,6 +135,7 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
         Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every),
+        *(init.callbacks or []),
     ]
     loggers = init.logger.build(run_dir, dumped.as_dict())
     fabric = init.fabric.build(callbacks, loggers)
@@ -134,6 +149,12 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     summary = federation.fit()
     summary.update(method=type(init.algorithm).__name__, run_dir=str(run_dir), versions=_package_versions())
     write_json(run_dir / "summary.json", summary)
+    print(
+        f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
+        f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
+        f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
+        f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
+    )
     for logger in loggers:
         logger.experiment.finish()
     return summary
@@ -144,7 +165,9 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     from jsonargparse import ArgumentParser
 
     cli = ArgumentParser(prog="lightning-fed test", description="Re-evaluate a finished run directory.")
-    cli.add_argument("--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="a fit run folder")
+    cli.add_argument(
+        "--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="a fit run folder"
+    )
     args = cli.parse_args(list(argv))
     run_dir = Path(args.run_dir)
     for needed in ("config.yaml", "checkpoint.pt"):

@@ -36,7 +36,12 @@ class FabricConfig:
                 f"fabric.devices={devices}: multi-process federations (DDP-packed centers) are not "
                 "available in this version; use fabric.devices=1"
             )
-        self.accelerator, self.strategy, self.devices, self.precision = accelerator, strategy, int(devices), precision
+        self.accelerator, self.strategy, self.devices, self.precision = (
+            accelerator,
+            strategy,
+            int(devices),
+            precision,
+        )
 
     def build(self, callbacks: list[Any], loggers: list[Any]) -> Any:
         """A launched ``Fabric`` with these settings."""
@@ -109,7 +114,11 @@ class OutputConfig:
     """
 
     def __init__(
-        self, root: str = "runs", name: str | None = None, checkpoint_every: int = 0, progress_bar: bool = True
+        self,
+        root: str = "runs",
+        name: str | None = None,
+        checkpoint_every: int = 0,
+        progress_bar: bool = True,
     ) -> None:
         if checkpoint_every < 0:
             raise ValueError(f"output.checkpoint_every must be >= 0, got {checkpoint_every}")

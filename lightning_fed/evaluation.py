@@ -27,7 +27,9 @@ class EvalSet:
     mask: Tensor
 
     @classmethod
-    def from_splits(cls, splits: Sequence[tuple[Tensor, Tensor]], dtype: torch.dtype = torch.float32) -> EvalSet:
+    def from_splits(
+        cls, splits: Sequence[tuple[Tensor, Tensor]], dtype: torch.dtype = torch.float32
+    ) -> EvalSet:
         """Pad ``(x, y)`` per center to the longest split."""
         n_max = max(1, max(len(y) for _, y in splits))
         f = splits[0][0].shape[1]

@@ -14,6 +14,8 @@ Observer hooks, in call order (each receives the federation first)::
         # evaluation                       per-center validation and test AUROC
         on_round_end(federation, result)   result: RoundResult; a callback may set
                                            federation.should_stop = True
+    on_train_end(federation)               after the last round, before the summary (early
+                                           stopping restores the best parameters here)
     on_fit_end(federation, summary)        summary: dict of final metrics
 
 Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) also go to
@@ -33,10 +35,10 @@ from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
-from lightning_fed.metrics import summarize
+from lightning_fed.metrics import batched_auroc, summarize
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed
-from lightning_fed.types import RoundResult, TrainerConfig
+from lightning_fed.types import RoundContext, RoundResult, TrainerConfig
 
 __all__ = ["Federation"]
 
@@ -78,6 +80,8 @@ class Federation:
         self.round = 0
         self.should_stop = False
         self.last_result: RoundResult | None = None
+        #: Extra summary entries observers contribute (e.g. early stopping's best round).
+        self.summary_extras: dict[str, Any] = {}
         self._setup()
 
     def _setup(self) -> None:
@@ -88,7 +92,7 @@ class Federation:
                 if hasattr(layer, "reset_parameters"):
                     layer.reset_parameters()
         self.module.to(self.fabric.device, self.dtype)
-        self.algorithm.setup(self.data, self.module)
+        self.algorithm.setup(self.data, self.module, self.seed)
         groups = self.algorithm.train_groups(self.data)
         self.assignment = torch.empty(self.data.num_centers, dtype=torch.int64)
         train = []
@@ -110,6 +114,11 @@ class Federation:
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
 
     @property
+    def fedavg_message_bytes(self) -> int:
+        """Bytes of one full float32 model: FedAvg's message, the reference for bandwidth ratios."""
+        return sum(p.numel() for p in self.module.parameters()) * 4
+
+    @property
     def num_shared_parameters(self) -> int:
         """|W|: parameters per center that cross the wire."""
         return sum(p.numel() for n, p in self.module.named_parameters() if n in self.algorithm.shared_names)
@@ -128,6 +137,18 @@ class Federation:
             raise ValueError(f"split must be 'val' or 'test', got {split!r}")
         return evaluate(self.engine, self.center_params(), self.val if split == "val" else self.test)
 
+    @torch.no_grad()
+    def val_utility(self, params: dict[str, Tensor], centers: Tensor, chunk: int = 256) -> Tensor:
+        """Validation AUROC ``[Q]`` of stacked models ``params`` (``[Q, ...]``), model ``q`` on center
+        ``centers[q]``'s own validation split (see :class:`~lightning_fed.types.RoundContext`)."""
+        out = []
+        for lo in range(0, centers.shape[0], chunk):
+            idx = centers[lo : lo + chunk].cpu()
+            p = {n: t[lo : lo + chunk] for n, t in params.items()}
+            logits = self.engine.predict(p, self.val.x[idx]).float().cpu()
+            out.append(batched_auroc(logits, self.val.y[idx], self.val.mask[idx]))
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+
     def fit(self) -> dict[str, Any]:
         """Run the remaining rounds; returns the summary (also passed to ``on_fit_end``)."""
         start = time.perf_counter()
@@ -138,6 +159,7 @@ class Federation:
             self.round += 1
             self.fabric.log_dict(self._round_scalars(result), step=result.round)
             self.fabric.call("on_round_end", self, result)
+        self.fabric.call("on_train_end", self)
         summary = self.summary(wall_seconds=time.perf_counter() - start)
         self.fabric.log_dict({f"final/{k}": v for k, v in summary.items() if isinstance(v, int | float)})
         self.fabric.call("on_fit_end", self, summary)
@@ -148,12 +170,15 @@ class Federation:
         t0 = time.perf_counter()
         losses = self.engine.train_round(r)
         t1 = time.perf_counter()
-        self.engine.set_params(self.algorithm.aggregate(r, self.engine.get_params(), self.wire))
+        ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility)
+        self.engine.set_params(self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire))
         t2 = time.perf_counter()
         val, test = self.evaluate("val"), self.evaluate("test")
         t3 = time.perf_counter()
         ledger = self.wire.ledger
+        fedavg_bytes = (r + 1) * 2 * self.data.num_centers * self.fedavg_message_bytes
         stats = {
+            "bytes_vs_fedavg": ledger.total() / fedavg_bytes,
             "seconds_train": t1 - t0,
             "seconds_aggregate": t2 - t1,
             "seconds_eval": t3 - t2,
@@ -191,7 +216,9 @@ class Federation:
         test, val = self.evaluate("test"), self.evaluate("val")
         t, v = summarize(test.auroc), summarize(val.auroc)
         total = self.wire.ledger.total()
+        fedavg_total = max(1, self.round) * 2 * self.data.num_centers * self.fedavg_message_bytes
         return {
+            "bytes_vs_fedavg": total / fedavg_total,
             "test_auroc_mean": t.mean,
             "test_auroc_std": t.std,
             "test_auroc_undefined": t.n_undefined,
@@ -206,6 +233,8 @@ class Federation:
             "shared_parameters": self.num_shared_parameters,
             "seed": self.seed,
             "wall_seconds": wall_seconds,
+            **self.algorithm.summary_stats(),
+            **self.summary_extras,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "write_json", "write_text", "save_torch"]
+__all__ = ["atomic_path", "save_torch", "write_json", "write_text"]
 
 
 @contextmanager

@@ -12,7 +12,7 @@ import hashlib
 import numpy as np
 import torch
 
-__all__ = ["derive_seed", "torch_generator", "numpy_rng"]
+__all__ = ["derive_seed", "numpy_rng", "torch_generator"]
 
 
 def derive_seed(seed: int, purpose: str, *keys: int) -> int:
@@ -31,7 +31,9 @@ def derive_seed(seed: int, purpose: str, *keys: int) -> int:
     return int.from_bytes(digest, "little") & ((1 << 63) - 1)
 
 
-def torch_generator(seed: int, purpose: str, *keys: int, device: str | torch.device = "cpu") -> torch.Generator:
+def torch_generator(
+    seed: int, purpose: str, *keys: int, device: str | torch.device = "cpu"
+) -> torch.Generator:
     """A ``torch.Generator`` seeded by :func:`derive_seed`."""
     gen = torch.Generator(device=device)
     gen.manual_seed(derive_seed(seed, purpose, *keys))

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine
 
-__all__ = ["RoundResult", "TrainerConfig"]
+__all__ = ["RoundContext", "RoundResult", "TrainerConfig"]
+
+
+@dataclass(frozen=True, eq=False)
+class RoundContext:
+    """What a decision plugin may use in a round besides the parameters and the wire.
+
+    Attributes:
+        round: Round index (0-based).
+        seed: The run seed (derive generators from it with :mod:`lightning_fed.seeding`).
+        val_utility: ``val_utility(params, centers)`` evaluates stacked models ``{name: [Q, ...]}``,
+            model ``q`` on center ``centers[q]``'s own validation split, and returns the AUROC
+            ``[Q]`` (NaN where undefined). Batched; this is how Shapley utilities are computed
+            without any row leaving its center.
+    """
+
+    round: int
+    seed: int
+    val_utility: Callable[[dict[str, Tensor], Tensor], Tensor]
 
 
 @dataclass(frozen=True, eq=False)

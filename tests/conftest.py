@@ -27,7 +27,9 @@ def make_federation(sizes: list[int], num_features: int = 6, seed: int = 0) -> F
             return x, y
 
         (xt, yt), (xv, yv), (xs, ys) = draw(n), draw(m), draw(m)
-        meta = torch.tensor([float(yt.mean()), float(torch.log(torch.tensor(float(n)))), 1.05], dtype=torch.float64)
+        meta = torch.tensor(
+            [float(yt.mean()), float(torch.log(torch.tensor(float(n)))), 1.05], dtype=torch.float64
+        )
         centers.append(CenterData(f"c{c}", xt, yt, xv, yv, xs, ys, meta))
     return FederatedData(tuple(centers), tuple(f"f{i}" for i in range(num_features)))
 

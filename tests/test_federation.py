@@ -40,8 +40,12 @@ def _fed(data, algo=None, rounds=2, seed=0, dropout=0.2, **trainer):
     recorder = Recorder()
     fabric = Fabric(accelerator="cpu", devices=1, callbacks=[recorder])
     fed = Federation(
-        data, MortalityMLP(hidden=(16, 8), dropout=dropout), algo or FedAvg(), TrainerConfig(rounds=rounds, batch_size=32, **trainer),
-        fabric=fabric, seed=seed,
+        data,
+        MortalityMLP(hidden=(16, 8), dropout=dropout),
+        algo or FedAvg(),
+        TrainerConfig(rounds=rounds, batch_size=32, **trainer),
+        fabric=fabric,
+        seed=seed,
     )
     return fed, recorder
 
@@ -49,7 +53,14 @@ def _fed(data, algo=None, rounds=2, seed=0, dropout=0.2, **trainer):
 def test_hooks_are_called_in_order(small_federation) -> None:
     fed, rec = _fed(small_federation)
     fed.fit()
-    assert rec.calls == ["fit_start", "round_start:0", "round_end:0", "round_start:1", "round_end:1", "fit_end"]
+    assert rec.calls == [
+        "fit_start",
+        "round_start:0",
+        "round_end:0",
+        "round_start:1",
+        "round_end:1",
+        "fit_end",
+    ]
 
 
 def test_same_seed_same_numbers_other_seed_different(small_federation) -> None:

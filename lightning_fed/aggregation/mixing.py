@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["mix", "weighted_average", "sample_weights"]
+__all__ = ["mix", "sample_weights", "weighted_average"]
 
 
 def sample_weights(n_train: Tensor) -> Tensor:

@@ -16,6 +16,7 @@ from torch import Tensor
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.models.base import CenterModule
+from lightning_fed.types import RoundContext
 
 __all__ = ["Algorithm"]
 
@@ -33,7 +34,7 @@ class Algorithm(ABC):
             raise ValueError(f"algorithm.personal_layers must be >= 0, got {personal_layers}")
         self.personal_layers = int(personal_layers)
 
-    def setup(self, data: FederatedData, module: CenterModule) -> None:
+    def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         """Called once before training: remember sizes and which parameters are shared."""
         self.num_centers = data.num_centers
         self.n_train = data.n_train
@@ -45,18 +46,22 @@ class Algorithm(ABC):
         return [[c] for c in range(data.num_centers)]
 
     @abstractmethod
-    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         """Exchange over ``wire`` and return the new stacked parameters (all names, center order)."""
 
     def round_stats(self) -> dict[str, float]:
         """Scalars about the last round's decisions (e.g. isolation rate); logged per round."""
         return {}
 
+    def summary_stats(self) -> dict[str, float]:
+        """Scalars for the run summary (e.g. rested center-rounds); merged into ``summary.json``."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """State that must survive a checkpoint (none by default)."""
         return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (stateless by default)
         """Restore :meth:`state_dict`."""
 
     def shared(self, params: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -13,6 +13,7 @@ from torch import Tensor
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.types import RoundContext
 
 __all__ = ["Centralized"]
 
@@ -23,5 +24,5 @@ class Centralized(Algorithm):
     def train_groups(self, data: FederatedData) -> list[list[int]]:
         return [list(range(data.num_centers))]
 
-    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         return params

@@ -15,6 +15,7 @@ from lightning_fed.aggregation.mixing import sample_weights, weighted_average
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
+from lightning_fed.types import RoundContext
 
 __all__ = ["FedAvg"]
 
@@ -22,12 +23,12 @@ __all__ = ["FedAvg"]
 class FedAvg(Algorithm):
     """Sample-weighted averaging of all centers' shared parameters through a server."""
 
-    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         centers = torch.arange(self.num_centers)
         server = torch.full_like(centers, SERVER)
-        uploaded = wire.send(self.shared(params), centers, server, round_idx)
+        uploaded = wire.send(self.shared(params), centers, server, ctx.round)
         average = weighted_average(uploaded, sample_weights(self.n_train))
-        downloaded = wire.send(average, server, centers, round_idx)
+        downloaded = wire.send(average, server, centers, ctx.round)
         out = dict(params)
         out.update({n: t.expand_as(params[n]).clone() for n, t in downloaded.items()})
         return out

@@ -6,6 +6,7 @@ from torch import Tensor
 
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.wire import Wire
+from lightning_fed.types import RoundContext
 
 __all__ = ["LocalOnly"]
 
@@ -13,5 +14,5 @@ __all__ = ["LocalOnly"]
 class LocalOnly(Algorithm):
     """No collaboration: parameters are returned unchanged and nothing is sent (0 bytes)."""
 
-    def aggregate(self, round_idx: int, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         return params

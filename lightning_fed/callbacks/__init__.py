@@ -1,7 +1,9 @@
-"""Observer callbacks (called through ``fabric.call``): progress, per-round parquet, checkpoint."""
+"""Observer callbacks (called through ``fabric.call``): progress, parquet, checkpoint, early stopping."""
 
+from lightning_fed.callbacks.base import Callback
 from lightning_fed.callbacks.checkpoint import Checkpoint
+from lightning_fed.callbacks.early_stopping import EarlyStopping
 from lightning_fed.callbacks.progress import ProgressBar
 from lightning_fed.callbacks.rounds import RoundsWriter
 
-__all__ = ["Checkpoint", "ProgressBar", "RoundsWriter"]
+__all__ = ["Callback", "Checkpoint", "EarlyStopping", "ProgressBar", "RoundsWriter"]

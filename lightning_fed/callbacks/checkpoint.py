@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.callbacks.base import Callback
 from lightning_fed.io import save_torch
 from lightning_fed.types import RoundResult
 
 __all__ = ["Checkpoint"]
 
 
-class Checkpoint:
+class Checkpoint(Callback):
     """Write ``federation.state_dict()`` to ``path``.
 
     Args:

@@ -7,14 +7,15 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from lightning_fed.callbacks.base import Callback
 from lightning_fed.metrics import summarize
 from lightning_fed.types import RoundResult
 
 __all__ = ["ProgressBar"]
 
 
-class ProgressBar:
-    """Show per-round progress, and print a final summary line.
+class ProgressBar(Callback):
+    """Show per-round progress (round, mean validation AUROC, cumulative MB, algorithm statistics).
 
     Args:
         enabled: Turn the bar off (e.g. in sweeps that log to W&B only).
@@ -48,10 +49,3 @@ class ProgressBar:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-        if self.enabled:
-            print(
-                f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
-                f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
-                f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
-                f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s"
-            )

@@ -7,13 +7,14 @@ from typing import Any
 
 import polars as pl
 
+from lightning_fed.callbacks.base import Callback
 from lightning_fed.io import atomic_path
 from lightning_fed.types import RoundResult
 
 __all__ = ["RoundsWriter"]
 
 
-class RoundsWriter:
+class RoundsWriter(Callback):
     """Collect one row per (round, center) and write ``rounds.parquet`` at the end of fit.
 
     Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Ledger", "SERVER"]
+__all__ = ["SERVER", "Ledger"]
 
 #: Node id of the aggregation server in star topologies (FedAvg and friends).
 SERVER = -1

@@ -27,6 +27,10 @@ class Wire:
         self.hook = hook if hook is not None else IdentityHook()
         self.ledger = ledger if ledger is not None else Ledger()
 
+    def message_bytes(self, payload: dict[str, Tensor]) -> int:
+        """Encoded bytes of one message of ``payload`` (leading dimension = messages)."""
+        return sum(t[0].numel() * t.element_size() for t in self.hook.encode(payload).values())
+
     def send(self, payload: dict[str, Tensor], src: Tensor, dst: Tensor, round_idx: int) -> dict[str, Tensor]:
         """Send messages along edges ``src[e] -> dst[e]``.
 

@@ -21,12 +21,12 @@ from torch import Tensor
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
+    "METADATA_BASE_DIM",
     "CenterData",
     "FederatedData",
     "PooledTable",
     "build_federation",
     "stratified_split",
-    "METADATA_BASE_DIM",
 ]
 
 #: Length of the base descriptor ``[positive rate, log n_train, mean year / 2030]``.

@@ -75,6 +75,7 @@ Every draw comes from ``numpy_rng(seed, "synthetic", ...)``: the same seed gives
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 
@@ -293,8 +294,8 @@ SHARED_WEIGHTS: dict[str, float] = {
 }
 
 # Internal scales (see the module docstring).
-_LAMBDA_W = 0.07  # model heterogeneity scale
-_LAMBDA_X = 0.20  # feature-shift scale (sd units / log-odds)
+_LAMBDA_W = float(os.environ.get("LW", 0.07))  # model heterogeneity scale
+_LAMBDA_X = float(os.environ.get("LX", 0.20))  # feature-shift scale (sd units / log-odds)
 _KAPPA = 0.5  # center-level noise relative to the unit level
 _RATE_WALK = 0.3  # base-rate drift scale (log-odds, times drift)
 _RATE_JITTER = 0.2  # center base-rate jitter (log-odds)
@@ -358,6 +359,23 @@ def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     return counts
 
 
+TEACHER_HIDDEN = int(os.environ.get("TH", 32))
+TEACHER_SHARPNESS = float(os.environ.get("TS", 2.0))
+
+
+def _teacher(rng: np.random.Generator, f: np.ndarray, hidden: int = TEACHER_HIDDEN) -> np.ndarray:
+    """A fixed random ReLU network ``sum_h a_h relu(u_h^T f + c_h)``, scaled to unit variance.
+
+    Shared by every center: a signal that needs many optimizer steps to learn, so pooling the data
+    (many steps per round) pays over averaging models (a few local steps per round).
+    """
+    u = rng.standard_normal((f.shape[1], hidden)) / np.sqrt(f.shape[1]) * TEACHER_SHARPNESS
+    c = rng.standard_normal(hidden) * TEACHER_SHARPNESS * 0.5
+    a = rng.standard_normal(hidden)
+    g = np.maximum(f @ u + c, 0.0) @ a
+    return (g - g.mean()) / max(g.std(), 1e-12)
+
+
 def _walk(rng: np.random.Generator, dim: int) -> np.ndarray:
     """Centred Gaussian random walk over the windows, ``[len(WINDOW_STARTS), dim]``, end sd ~1."""
     steps = rng.standard_normal((len(WINDOW_STARTS), dim)) / np.sqrt(len(WINDOW_STARTS))
@@ -382,6 +400,8 @@ class SyntheticICU(DataSource):
         size_tail: Lomax (Pareto II) shape of the center sizes (> 0); smaller = heavier tail.
         signal: Multiplier of the shared weights and nonlinearity (> 0); larger = more
             predictable mortality.
+        nonlinearity: Weight of a shared random ReLU-network term in the logit (>= 0): a signal
+            that needs many optimizer steps, so pooled training pays over model averaging.
         min_stays: Fewest stays per center (>= 10).
         partitioner: How rows become centers in :meth:`build`; ``None`` = :class:`Natural`
             (one center per site).
@@ -401,6 +421,7 @@ class SyntheticICU(DataSource):
         drift: float = 0.3,
         size_tail: float = 1.0,
         signal: float = 0.85,
+        nonlinearity: float = 1.0,
         min_stays: int = 40,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
@@ -423,6 +444,7 @@ class SyntheticICU(DataSource):
         self.drift = _check_number("drift", drift, 0.0, strict=False)
         self.size_tail = _check_number("size_tail", size_tail, 0.0, strict=True)
         self.signal = _check_number("signal", signal, 0.0, strict=True)
+        self.nonlinearity = _check_number("nonlinearity", nonlinearity, 0.0, strict=False)
         if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         self.partitioner = partitioner
@@ -585,6 +607,8 @@ class SyntheticICU(DataSource):
             _INTERACTION * f[:, _COL["age"]] * f[:, _COL["heart_rate_mean"]]
             + _HINGE * np.maximum(-f[:, _COL["mbp_min"]] - 0.5, 0.0)
         )
+        if self.nonlinearity > 0:
+            eta += self.nonlinearity * _teacher(numpy_rng(seed, "synthetic", 3), f)
         # per-center intercept so that the center's expected mortality equals its base rate
         lo, hi = np.full(n_centers, -30.0), np.full(n_centers, 30.0)
         for _ in range(50):

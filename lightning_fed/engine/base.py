@@ -80,7 +80,9 @@ class Engine(ABC):
         return torch.cat(out) if out else x.new_zeros(0, x.shape[1])
 
 
-def packed_logits(module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None) -> Tensor:
+def packed_logits(
+    module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None
+) -> Tensor:
     """``module.packed_forward`` when the module has one, else ``vmap`` over ``functional_call``.
 
     In the vmap path dropout draws from torch's global generator (``randomness="different"`` gives

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["StackedOptimizer", "StackedAdam", "StackedSGD", "stacked_optimizer_for"]
+__all__ = ["StackedAdam", "StackedOptimizer", "StackedSGD", "stacked_optimizer_for"]
 
 
 def _per_center(vec: Tensor, like: Tensor) -> Tensor:
@@ -38,7 +38,9 @@ class StackedOptimizer(ABC):
         """Fresh state for stacked ``params`` (includes ``"step"``: int64 ``[C]``)."""
 
     @abstractmethod
-    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+    def step(
+        self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int
+    ) -> None:
         """Update the first ``k`` centers in place (``params`` and ``state`` are full stacks)."""
 
 
@@ -58,7 +60,9 @@ class StackedAdam(StackedOptimizer):
         return state
 
     @torch.no_grad()
-    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+    def step(
+        self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int
+    ) -> None:
         steps = state["step"][:k]
         steps += 1
         t = steps.to(torch.float64)
@@ -79,7 +83,9 @@ class StackedAdam(StackedOptimizer):
 class StackedSGD(StackedOptimizer):
     """SGD with optional momentum, dampening, Nesterov and L2 weight decay (torch semantics)."""
 
-    def __init__(self, lr: float, momentum: float, dampening: float, nesterov: bool, weight_decay: float) -> None:
+    def __init__(
+        self, lr: float, momentum: float, dampening: float, nesterov: bool, weight_decay: float
+    ) -> None:
         self.lr, self.momentum, self.dampening = float(lr), float(momentum), float(dampening)
         self.nesterov, self.weight_decay = bool(nesterov), float(weight_decay)
 
@@ -91,7 +97,9 @@ class StackedSGD(StackedOptimizer):
         return state
 
     @torch.no_grad()
-    def step(self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int) -> None:
+    def step(
+        self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int
+    ) -> None:
         first_step = state["step"][:k] == 0
         state["step"][:k] += 1
         for name, g in grads.items():

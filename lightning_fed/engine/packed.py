@@ -80,7 +80,9 @@ class PackedEngine(Engine):
 
     def _round_index(self, round_idx: int) -> Tensor:
         """Global row indices ``[C, S, B]`` (sorted order) of every batch of the round."""
-        idx = torch.full((self.num_models, int(self.steps[0]), self.batch_size), self.pad_row, dtype=torch.int64)
+        idx = torch.full(
+            (self.num_models, int(self.steps[0]), self.batch_size), self.pad_row, dtype=torch.int64
+        )
         for p, c in enumerate(self.order.tolist()):
             b = center_batches(int(self.sizes[p]), self.batch_size, self.epochs, self.seed, round_idx, c)
             idx[p, : b.shape[0]] = torch.where(b >= 0, b + self.offsets[p], self.pad_row)

@@ -23,7 +23,9 @@ def steps_per_round(n_train: int, batch_size: int, epochs: int) -> int:
     return epochs * math.ceil(n_train / batch_size)
 
 
-def center_batches(n_train: int, batch_size: int, epochs: int, seed: int, round_idx: int, center: int) -> Tensor:
+def center_batches(
+    n_train: int, batch_size: int, epochs: int, seed: int, round_idx: int, center: int
+) -> Tensor:
     """Row indices of every batch of one center in one round, padded with -1.
 
     Returns:

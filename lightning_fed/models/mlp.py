@@ -8,6 +8,7 @@ from the engine's seeded generator, so centers get independent masks.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -69,7 +70,7 @@ class MortalityMLP(CenterModule):
             raise ValueError(f"model.in_features must be >= 1, got {num_features}")
         self.in_features = int(num_features)
         widths = [self.in_features, *self.hidden, 1]
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:], strict=True))
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in itertools.pairwise(widths))
 
     def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
         """Parameters of the last ``layers`` Linear layers (1: output layer; 2: last two)."""

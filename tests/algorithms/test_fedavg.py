@@ -8,7 +8,10 @@ from lightning_fed.aggregation import mix, sample_weights, weighted_average
 from lightning_fed.algorithms import Centralized, FedAvg, LocalOnly
 from lightning_fed.comm import Wire
 from lightning_fed.models import MortalityMLP
+from lightning_fed.types import RoundContext
 from tests.conftest import make_federation
+
+CTX = RoundContext(round=0, seed=0, val_utility=lambda params, centers: centers.double())
 
 
 def test_mix_three_centers_by_hand() -> None:
@@ -28,9 +31,7 @@ def test_fedavg_weights_by_train_size_two_centers() -> None:
 
 
 def _params(data, module, values):
-    return {
-        n: torch.stack([torch.full_like(p, v) for v in values]) for n, p in module.named_parameters()
-    }
+    return {n: torch.stack([torch.full_like(p, v) for v in values]) for n, p in module.named_parameters()}
 
 
 def test_fedavg_star_equals_rank_one_mixing_and_costs_2w_per_center() -> None:
@@ -40,7 +41,7 @@ def test_fedavg_star_equals_rank_one_mixing_and_costs_2w_per_center() -> None:
     algo.setup(data, module)
     params = _params(data, module, [1.0, 5.0, 2.0])
     wire = Wire()
-    out = algo.aggregate(0, params, wire)
+    out = algo.aggregate(CTX, params, wire)
     # w = (30, 10, 20) / 60 = (.5, 1/6, 1/3): .5*1 + 5/6 + 2/3 = 2.0
     for p in out.values():
         assert torch.allclose(p, torch.full_like(p, 2.0))
@@ -59,7 +60,7 @@ def test_fedavg_personal_head_stays_local_and_is_not_sent() -> None:
     algo.setup(data, module)
     params = _params(data, module, [1.0, 5.0])
     wire = Wire()
-    out = algo.aggregate(0, params, wire)
+    out = algo.aggregate(CTX, params, wire)
     head = set(module.head_parameter_names(1))
     assert head == {"layers.2.weight", "layers.2.bias"}
     for n in head:
@@ -75,6 +76,6 @@ def test_local_only_and_centralized_send_nothing() -> None:
         algo.setup(data, module)
         params = _params(data, module, [1.0, 5.0])
         wire = Wire()
-        assert algo.aggregate(0, params, wire) is params
+        assert algo.aggregate(CTX, params, wire) is params
         assert wire.ledger.total() == 0
     assert Centralized().train_groups(data) == [[0, 1]]

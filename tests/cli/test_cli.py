@@ -22,7 +22,16 @@ TINY = [
 
 
 def _fit(tmp_path: Path, *extra: str) -> Path:
-    main(["fit", *TINY, f"--output.root={tmp_path}", "--output.name=run", "--output.progress_bar=false", *extra])
+    main(
+        [
+            "fit",
+            *TINY,
+            f"--output.root={tmp_path}",
+            "--output.name=run",
+            "--output.progress_bar=false",
+            *extra,
+        ]
+    )
     return tmp_path / "run"
 
 
@@ -35,7 +44,15 @@ def test_fit_writes_run_dir_and_test_reevaluates(tmp_path: Path, capsys: pytest.
     assert summary["versions"]["torch"]
     rounds = pl.read_parquet(run / "rounds.parquet")
     assert rounds.shape[0] == 2 * 8
-    assert set(rounds.columns) >= {"round", "center", "name", "val_auroc", "test_auroc", "bytes", "train_loss"}
+    assert set(rounds.columns) >= {
+        "round",
+        "center",
+        "name",
+        "val_auroc",
+        "test_auroc",
+        "bytes",
+        "train_loss",
+    }
     assert rounds["bytes"].sum() == summary["total_bytes"] * 1  # every byte touches exactly one center
     main(["test", "--run-dir", str(run)])
     again = json.loads((run / "test.json").read_text())
@@ -93,12 +110,24 @@ def test_top_level_help_does_not_import_torch() -> None:
 
 def test_root_cli_shim_runs_the_same_entry_point() -> None:
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, str(root / "cli.py"), "--help"], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, str(root / "cli.py"), "--help"], capture_output=True, text=True, check=True
+    )
     assert "lightning-fed" in out.stdout
 
 
-def test_data_that_cannot_be_split_fails_before_writing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_data_that_cannot_be_split_fails_before_writing(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     with pytest.raises(SystemExit):
-        main(["fit", *TINY, "--data.init_args.num_stays=20", f"--output.root={tmp_path}", "--logger.enabled=false"])
+        main(
+            [
+                "fit",
+                *TINY,
+                "--data.init_args.num_stays=20",
+                f"--output.root={tmp_path}",
+                "--logger.enabled=false",
+            ]
+        )
     assert "error" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())

@@ -14,9 +14,14 @@ from lightning_fed.models import MortalityMLP
 SIZES = [1, 2, 3, 5, 8, 13, 16, 17, 21, 31, 32, 33, 34, 47, 55, 63, 64, 65, 89, 100, 128, 144, 150, 233]
 
 
-def _train(dtype: torch.dtype, sizes: list[int] = SIZES, rounds: int = 2, batch: int = 32) -> tuple[dict, dict]:
+def _train(
+    dtype: torch.dtype, sizes: list[int] = SIZES, rounds: int = 2, batch: int = 32
+) -> tuple[dict, dict]:
     gen = torch.Generator().manual_seed(0)
-    train = [(torch.randn(n, 7, generator=gen, dtype=dtype), (torch.rand(n, generator=gen) < 0.3).to(dtype)) for n in sizes]
+    train = [
+        (torch.randn(n, 7, generator=gen, dtype=dtype), (torch.rand(n, generator=gen) < 0.3).to(dtype))
+        for n in sizes
+    ]
     torch.manual_seed(1)
     module = MortalityMLP(in_features=7, hidden=(16, 8), dropout=0.0).to(dtype)
     out = []

@@ -8,7 +8,9 @@ import torch
 from lightning_fed.engine.optim import StackedAdam, StackedSGD, stacked_optimizer_for
 
 
-def _reference(opt_factory, params: list[torch.Tensor], grads: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+def _reference(
+    opt_factory, params: list[torch.Tensor], grads: list[list[torch.Tensor]]
+) -> list[torch.Tensor]:
     out = []
     for c, p0 in enumerate(params):
         p = p0.clone().requires_grad_(True)
@@ -23,9 +25,18 @@ def _reference(opt_factory, params: list[torch.Tensor], grads: list[list[torch.T
 @pytest.mark.parametrize(
     ("factory", "stacked"),
     [
-        (lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1), StackedAdam(0.01, (0.9, 0.999), 1e-8, 0.1)),
-        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01), StackedSGD(0.1, 0.9, 0, False, 0.01)),
-        (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.5, nesterov=True), StackedSGD(0.1, 0.5, 0, True, 0.0)),
+        (
+            lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1),
+            StackedAdam(0.01, (0.9, 0.999), 1e-8, 0.1),
+        ),
+        (
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=0.01),
+            StackedSGD(0.1, 0.9, 0, False, 0.01),
+        ),
+        (
+            lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.5, nesterov=True),
+            StackedSGD(0.1, 0.5, 0, True, 0.0),
+        ),
         (lambda ps: torch.optim.SGD(ps, lr=0.1), StackedSGD(0.1, 0.0, 0, False, 0.0)),
     ],
 )

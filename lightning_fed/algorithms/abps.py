@@ -1,0 +1,189 @@
+"""ABPS: Adaptive Bayesian Partner Selection (the ABPS paper, Sec. 4, Algorithm 1).
+
+Each round:
+
+1. the :class:`~lightning_fed.selection.abps.selector.BayesianSelector` forms symmetric partner
+   sets by epsilon-greedy UCB propose-reject over Beta beliefs (lines 11-22); a center with no
+   partner rests and exchanges nothing;
+2. partners exchange their shared parameters over the wire, both directions of every edge
+   (``2|W|`` per partnership, Eq. 2);
+3. every center with partners replaces its shared parameters by the sample-weighted FedAvg of
+   itself and what it received (line 25), optionally smoothed by server-side EMA momentum;
+4. the Shapley credit of every partner (Eq. 4) updates the posteriors (lines 26-31).
+
+Extensions (Sec. 6.4): ``personal_layers`` (P) keeps the last 1-2 layers local and off the
+wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the bytes; ``kappa``
+(1 or 3) bounds the active set; ``momentum`` is the EMA weight beta on each center's aggregated
+update (``m_i <- beta m_i + (1 - beta) Delta_i``, ``theta_i <- theta_i + m_i``, applied to centers
+that exchanged). When a goal filter is configured, every center publishes its metadata
+descriptor once (round 0) to the directory, booked on the ledger.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.ledger import SERVER
+from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
+from lightning_fed.models.base import CenterModule
+from lightning_fed.selection.abps.credit import ShapleyCredit
+from lightning_fed.selection.abps.selector import BayesianSelector
+from lightning_fed.types import RoundContext
+
+__all__ = ["ABPS"]
+
+
+def _edges(partners: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """Directed edges ``(src, dst)`` of symmetric partner sets: both directions of every pair."""
+    src = [j for i, ps in enumerate(partners) for j in ps]
+    dst = [i for i, ps in enumerate(partners) for _ in ps]
+    return torch.tensor(src, dtype=torch.int64), torch.tensor(dst, dtype=torch.int64)
+
+
+class ABPS(Algorithm):
+    """Bayesian partner selection with propose-reject, rest and Shapley credit.
+
+    Args:
+        selector: Partner selection settings (kappa, epsilon, gamma, tau_acc, prior, clip, filter).
+        shapley: Shapley credit settings (exact up to ``exact_max`` partners, else TMC).
+        personal_layers: Head layers kept local (extension P: 1 or 2; 0 shares everything).
+        momentum: EMA weight beta on each center's aggregated update (0 disables; ABPS-X: 0.5).
+    """
+
+    def __init__(
+        self,
+        selector: BayesianSelector | None = None,
+        shapley: ShapleyCredit | None = None,
+        personal_layers: int = 0,
+        momentum: float = 0.0,
+    ) -> None:
+        super().__init__(personal_layers)
+        if not 0.0 <= momentum < 1.0:
+            raise ValueError(f"algorithm.momentum must be in [0, 1), got {momentum}")
+        self.selector = selector if selector is not None else BayesianSelector()
+        self.credit = shapley if shapley is not None else ShapleyCredit()
+        self.momentum = float(momentum)
+
+    def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
+        super().setup(data, module, seed)
+        self.seed = seed
+        self.metadata = data.metadata()
+        self.published = self.selector.filter is None
+        self.selector.setup(self.metadata, seed)
+        self.buffers: dict[str, Tensor] = {}
+        self.last_partners: list[list[int]] = [[] for _ in range(self.num_centers)]
+        self.rested_center_rounds = 0
+        self.bytes_saved_by_rest = 0
+        self.partner_total = 0
+        self.rounds_seen = 0
+
+    def _publish_metadata(self, wire: Wire, round_idx: int) -> None:
+        """Every center sends its descriptor once; candidates come from what arrived."""
+        dim = self.selector.filter.metadata_dim
+        sent = {"v": self.metadata[:, :dim].to(torch.float32)}
+        centers = torch.arange(self.num_centers)
+        received = wire.send(sent, centers, torch.full_like(centers, SERVER), round_idx)["v"]
+        self.selector.setup(received.to(torch.float64), self.seed)
+        self.published = True
+
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        if not self.published:
+            self._publish_metadata(wire, ctx.round)
+        partners = self.selector.select(ctx.round)
+        src, dst = _edges(partners)
+        shared = self.shared(params)
+        personal = {n: p for n, p in params.items() if n not in shared}
+        out = dict(params)
+        self._book(partners, wire, shared)
+        if len(src):
+            device = next(iter(shared.values())).device
+            received = wire.send({n: t[src.to(device)] for n, t in shared.items()}, src, dst, ctx.round)
+            out.update(self._mix(shared, received, src, dst, partners))
+            i, j, phi = self.credit(ctx, partners, shared, received, (src, dst), self.n_train, personal)
+            self.selector.observe(i, j, phi)
+        self.last_partners = partners
+        return out
+
+    def _mix(
+        self,
+        shared: dict[str, Tensor],
+        received: dict[str, Tensor],
+        src: Tensor,
+        dst: Tensor,
+        partners: list[list[int]],
+    ) -> dict[str, Tensor]:
+        """``theta_i <- (n_i theta_i + sum_{j in P_i} n_j theta_j) / (n_i + sum n_j)`` (+ momentum)."""
+        n = self.n_train.to(torch.float64)
+        total = n.clone().index_add_(0, dst, n[src])
+        active = torch.tensor([bool(p) for p in partners])
+        out = {}
+        for name, own in shared.items():
+            dev, dt = own.device, own.dtype
+            view = (-1, *([1] * (own.dim() - 1)))
+            mixed = own * (n / total).to(dev, dt).view(view)
+            edge_w = (n[src] / total[dst]).to(dev, dt).view(view)
+            mixed = mixed.index_add(0, dst.to(dev), received[name] * edge_w)
+            if self.momentum:
+                buf = self.buffers.setdefault(name, torch.zeros_like(own))
+                keep = active.to(dev).view(view)
+                new_buf = self.momentum * buf + (1.0 - self.momentum) * (mixed - own)
+                buf.copy_(torch.where(keep, new_buf, buf))
+                mixed = torch.where(keep, own + buf, own)
+            out[name] = mixed
+        return out
+
+    def _book(self, partners: list[list[int]], wire: Wire, shared: dict[str, Tensor]) -> None:
+        """Round statistics: isolation, E|P_i|, and bytes a resting center did not send."""
+        rested = sum(1 for p in partners if not p)
+        message = wire.message_bytes({n: t[:1] for n, t in shared.items()})
+        self.rested_center_rounds += rested
+        # A partnership costs 2|W| (Eq. 2), |W| attributable to each end: a resting center saves
+        # up to kappa such halves.
+        self.bytes_saved_by_rest += rested * self.selector.kappa * message
+        self.partner_total += sum(len(p) for p in partners)
+        self.rounds_seen += 1
+        self._round = {"isolation_rate": rested / self.num_centers, "mean_partners": 0.0}
+        self._round["mean_partners"] = sum(len(p) for p in partners) / self.num_centers
+
+    def round_stats(self) -> dict[str, float]:
+        return dict(getattr(self, "_round", {}))
+
+    def summary_stats(self) -> dict[str, float]:
+        denom = max(1, self.rounds_seen * self.num_centers)
+        return {
+            "rested_center_rounds": self.rested_center_rounds,
+            "isolation_rate": self.rested_center_rounds / denom,
+            "mean_partners": self.partner_total / denom,
+            "bytes_saved_by_rest": self.bytes_saved_by_rest,
+        }
+
+    def _counters(self) -> tuple[int, int, int, int]:
+        return self.rested_center_rounds, self.bytes_saved_by_rest, self.partner_total, self.rounds_seen
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "selector": self.selector.state_dict(),
+            "buffers": {n: b.clone() for n, b in self.buffers.items()},
+            "published": self.published,
+            "counters": (
+                self.rested_center_rounds,
+                self.bytes_saved_by_rest,
+                self.partner_total,
+                self.rounds_seen,
+            ),
+            "last_partners": self.last_partners,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.selector.load_state_dict(state["selector"])
+        self.buffers = {n: b.clone() for n, b in state["buffers"].items()}
+        self.published = state["published"]
+        self.rested_center_rounds, self.bytes_saved_by_rest, self.partner_total, self.rounds_seen = state[
+            "counters"
+        ]
+        self.last_partners = state["last_partners"]

@@ -1,0 +1,33 @@
+"""The observer-callback base class: no-op hooks that subclasses override.
+
+Callbacks are passed to Fabric and called through ``fabric.call`` (see
+:mod:`lightning_fed.federation` for the hook order). Config files add them under ``callbacks:``
+by ``class_path``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lightning_fed.types import RoundResult
+
+__all__ = ["Callback"]
+
+
+class Callback:
+    """Base class of observers; every hook is optional."""
+
+    def on_fit_start(self, federation: Any) -> None:
+        """Before the first round (also after a resume)."""
+
+    def on_round_start(self, federation: Any, round_idx: int) -> None:
+        """Before local training of round ``round_idx``."""
+
+    def on_round_end(self, federation: Any, result: RoundResult) -> None:
+        """After evaluation of a round; may set ``federation.should_stop``."""
+
+    def on_train_end(self, federation: Any) -> None:
+        """After the last round, before the summary (e.g. restore the best parameters)."""
+
+    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
+        """With the final summary (write outputs, close bars)."""

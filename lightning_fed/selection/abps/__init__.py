@@ -1,0 +1,47 @@
+"""Adaptive Bayesian Partner Selection (ABPS): the per-round building blocks of Algorithm 1.
+
+* :mod:`~lightning_fed.selection.abps.filter`: goal-aware metadata pre-filter (Eq. 3);
+* :mod:`~lightning_fed.selection.abps.shapley`: Shapley credit over active partners (Eq. 4);
+* :mod:`~lightning_fed.selection.abps.posterior`: affine clip and Beta posterior (Eqs. 5-6);
+* :mod:`~lightning_fed.selection.abps.ucb`: upper confidence bound (Eq. 7);
+* :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22).
+"""
+
+from lightning_fed.selection.abps.credit import ShapleyCredit
+from lightning_fed.selection.abps.filter import GOALS, calibrate_threshold, candidate_mask, goal_scores
+from lightning_fed.selection.abps.matching import propose_reject
+from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
+from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
+from lightning_fed.selection.abps.shapley import (
+    coalitions_exact,
+    exact_shapley,
+    exact_shapley_batched,
+    shapley_values,
+    shapley_weights,
+    tmc_masks,
+    tmc_permutations,
+    tmc_shapley,
+)
+from lightning_fed.selection.abps.ucb import ucb
+
+__all__ = [
+    "GOALS",
+    "BayesianSelector",
+    "BetaPosterior",
+    "GoalFilter",
+    "ShapleyCredit",
+    "calibrate_threshold",
+    "candidate_mask",
+    "clip_utility",
+    "coalitions_exact",
+    "exact_shapley",
+    "exact_shapley_batched",
+    "goal_scores",
+    "propose_reject",
+    "shapley_values",
+    "shapley_weights",
+    "tmc_masks",
+    "tmc_permutations",
+    "tmc_shapley",
+    "ucb",
+]

@@ -1,0 +1,124 @@
+"""Goal-aware metadata pre-filter (ABPS Sec. 4.1, Eq. 3; Algorithm 1 line 12).
+
+Each center ``i`` publishes a metadata descriptor ``v_i`` (coordinate 0 is the positive-class rate,
+the KPI marker) and scores every peer with its goal's admission rule
+
+* ``"homogeneity"``: ``f_i(v_i, v_j) = cos(v_i, v_j)``,
+* ``"diversity"``:   ``f_i(v_i, v_j) = -cos(v_i, v_j)``,
+* ``"alignment"``:   ``f_i(v_i, v_j) = -|v_i0 - v_j0|``.
+
+Peer ``j`` enters the candidate set ``C_i`` iff ``f_i(v_i, v_j) >= tau_sim``. The three rules live on
+different scales, so ``tau_sim`` can instead be auto-calibrated per goal to keep a fixed fraction of
+the off-diagonal pairs (the paper keeps 25%). All three rules are symmetric, so ``C`` is too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["GOALS", "calibrate_threshold", "candidate_mask", "goal_scores"]
+
+
+def _cosine(meta: Tensor) -> Tensor:
+    """Pairwise cosine similarity ``[C, C]``; a zero descriptor has cosine 0 with everything."""
+    norms = meta.norm(dim=1, keepdim=True)
+    unit = meta / torch.where(norms > 0, norms, torch.ones_like(norms))
+    return unit @ unit.T
+
+
+def _homogeneity(meta: Tensor) -> Tensor:
+    return _cosine(meta)
+
+
+def _diversity(meta: Tensor) -> Tensor:
+    return -_cosine(meta)
+
+
+def _alignment(meta: Tensor) -> Tensor:
+    rate = meta[:, 0]
+    return -(rate[:, None] - rate[None, :]).abs()
+
+
+#: Admission rule of each collaboration goal (the config's enum): ``meta [C, d] -> f [C, C]``.
+GOALS: dict[str, Callable[[Tensor], Tensor]] = {
+    "homogeneity": _homogeneity,
+    "diversity": _diversity,
+    "alignment": _alignment,
+}
+
+
+def goal_scores(meta: Tensor, goal: str) -> Tensor:
+    """Pairwise admission scores ``f_i(v_i, v_j)`` of Eq. 3.
+
+    Args:
+        meta: Metadata descriptors ``[C, d]`` (coordinate 0 = positive-class rate).
+        goal: One of :data:`GOALS`.
+
+    Returns:
+        float64 ``[C, C]``, row ``i`` = center ``i``'s scores of its peers; the diagonal is ``-inf``
+        (a center is never its own candidate).
+
+    Raises:
+        ValueError: On an unknown goal or a descriptor that is not ``[C, d]`` with ``d >= 1``.
+    """
+    if goal not in GOALS:
+        raise ValueError(f"unknown goal {goal!r}; allowed goals: {', '.join(sorted(GOALS))}")
+    if meta.dim() != 2 or meta.shape[1] < 1:
+        raise ValueError(f"metadata must be [C, d] with d >= 1, got {list(meta.shape)}")
+    scores = GOALS[goal](meta.to(torch.float64)).clone()
+    scores.fill_diagonal_(float("-inf"))
+    return scores
+
+
+def calibrate_threshold(scores: Tensor, keep_fraction: float) -> float:
+    """``tau_sim`` that keeps ``keep_fraction`` of the off-diagonal pairs (the paper's 25% rule).
+
+    The threshold is the ``1 - keep_fraction`` quantile (linear interpolation) of the ``C (C - 1)``
+    off-diagonal scores, so ``scores >= tau`` holds for about ``keep_fraction`` of them (more when
+    scores tie at the threshold; every pair when ``keep_fraction = 1``).
+
+    Args:
+        scores: ``[C, C]`` from :func:`goal_scores` (the diagonal is ignored).
+        keep_fraction: Fraction of pairs to keep, in ``(0, 1]``.
+
+    Raises:
+        ValueError: If ``keep_fraction`` is outside ``(0, 1]`` or there are fewer than 2 centers.
+    """
+    if not 0.0 < keep_fraction <= 1.0:
+        raise ValueError(f"keep_fraction must be in (0, 1], got {keep_fraction}")
+    c = scores.shape[0]
+    if scores.dim() != 2 or scores.shape[1] != c or c < 2:
+        raise ValueError(f"scores must be [C, C] with C >= 2, got {list(scores.shape)}")
+    off = scores[~torch.eye(c, dtype=torch.bool, device=scores.device)].to(torch.float64)
+    return float(torch.quantile(off, 1.0 - keep_fraction))
+
+
+def candidate_mask(
+    meta: Tensor, goal: str, tau_sim: float | None = None, keep_fraction: float | None = None
+) -> Tensor:
+    """Candidate sets ``C_i = {j != i : f_i(v_i, v_j) >= tau_sim}`` as a boolean matrix.
+
+    Args:
+        meta: Metadata descriptors ``[C, d]``.
+        goal: One of :data:`GOALS` (validated even when nothing is filtered).
+        tau_sim: A fixed threshold, or ``None``.
+        keep_fraction: When given, ``tau_sim`` is calibrated per goal by :func:`calibrate_threshold`
+            (``tau_sim`` must then be ``None``). With both ``None`` nothing is filtered: every
+            ``j != i`` is a candidate.
+
+    Returns:
+        bool ``[C, C]``, ``mask[i, j]`` iff ``j`` is in ``C_i``; the diagonal is ``False``.
+
+    Raises:
+        ValueError: If both ``tau_sim`` and ``keep_fraction`` are given, or on an unknown goal.
+    """
+    if tau_sim is not None and keep_fraction is not None:
+        raise ValueError("give tau_sim or keep_fraction, not both")
+    scores = goal_scores(meta, goal)
+    if keep_fraction is not None:
+        tau_sim = calibrate_threshold(scores, keep_fraction)
+    mask = torch.ones_like(scores, dtype=torch.bool) if tau_sim is None else scores >= tau_sim
+    return mask.fill_diagonal_(False)

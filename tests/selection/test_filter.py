@@ -1,0 +1,85 @@
+"""Goal-aware metadata pre-filter (ABPS Eq. 3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lightning_fed.selection.abps import GOALS, calibrate_threshold, candidate_mask, goal_scores
+
+# v0 = (3, 4), v1 = (4, 3), v2 = (1, 0): norms 5, 5, 1.
+# cos(v0, v1) = (12 + 12) / 25 = 0.96, cos(v0, v2) = 3 / 5 = 0.6, cos(v1, v2) = 4 / 5 = 0.8.
+# Coordinate 0 (the positive-class rate): |3 - 4| = 1, |3 - 1| = 2, |4 - 1| = 3.
+META = torch.tensor([[3.0, 4.0], [4.0, 3.0], [1.0, 0.0]])
+COS = torch.tensor([[0.0, 0.96, 0.6], [0.96, 0.0, 0.8], [0.6, 0.8, 0.0]], dtype=torch.float64)
+ALIGN = -torch.tensor([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [2.0, 3.0, 0.0]], dtype=torch.float64)
+OFF = ~torch.eye(3, dtype=torch.bool)
+
+
+@pytest.mark.parametrize(
+    ("goal", "expected"), [("homogeneity", COS), ("diversity", -COS), ("alignment", ALIGN)]
+)
+def test_goal_scores_match_hand_computed_values(goal: str, expected: torch.Tensor) -> None:
+    scores = goal_scores(META, goal)
+    assert scores.dtype == torch.float64
+    assert torch.allclose(scores[OFF], expected[OFF], atol=1e-12)
+    assert torch.isneginf(scores.diagonal()).all()
+
+
+def test_unknown_goal_lists_the_allowed_goals() -> None:
+    with pytest.raises(ValueError, match="alignment, diversity, homogeneity"):
+        goal_scores(META, "similarity")
+    with pytest.raises(ValueError, match="allowed goals"):
+        candidate_mask(META, "nope")
+    assert set(GOALS) == {"homogeneity", "diversity", "alignment"}
+
+
+def test_zero_descriptor_has_cosine_zero() -> None:
+    scores = goal_scores(torch.tensor([[0.0, 0.0], [1.0, 2.0]]), "homogeneity")
+    assert scores[0, 1] == 0.0 and scores[1, 0] == 0.0
+
+
+def test_fixed_threshold_keeps_pairs_at_or_above_it() -> None:
+    mask = candidate_mask(META, "homogeneity", tau_sim=0.8)  # keeps 0.96 and 0.8 (>=), drops 0.6
+    expected = torch.tensor([[False, True, False], [True, False, True], [False, True, False]])
+    assert torch.equal(mask, expected)
+    mask = candidate_mask(META, "alignment", tau_sim=-1.5)  # only |3 - 4| = 1 <= 1.5
+    assert mask.nonzero().tolist() == [[0, 1], [1, 0]]
+
+
+@pytest.mark.parametrize("goal", sorted(GOALS))
+def test_no_threshold_keeps_every_off_diagonal_pair(goal: str) -> None:
+    meta = torch.randn(7, 4, generator=torch.Generator().manual_seed(0))
+    mask = candidate_mask(meta, goal)
+    assert torch.equal(mask, ~torch.eye(7, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("goal", sorted(GOALS))
+def test_keep_fraction_keeps_about_that_share_of_pairs(goal: str) -> None:
+    c = 40
+    meta = torch.rand(c, 15, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    mask = candidate_mask(meta, goal, keep_fraction=0.25)
+    share = mask.sum().item() / (c * (c - 1))
+    assert abs(share - 0.25) < 0.005
+    assert not mask.diagonal().any()
+    assert torch.equal(mask, mask.T)  # all three rules are symmetric
+    # keep_fraction = 1 keeps everything (threshold = the minimum off-diagonal score)
+    assert torch.equal(candidate_mask(meta, goal, keep_fraction=1.0), ~torch.eye(c, dtype=torch.bool))
+
+
+def test_calibrated_threshold_is_the_quantile_of_off_diagonal_scores() -> None:
+    scores = goal_scores(META, "alignment")  # off-diagonal values -1, -1, -2, -2, -3, -3
+    assert calibrate_threshold(scores, 0.5) == pytest.approx(-2.0)
+    assert calibrate_threshold(scores, 1.0) == pytest.approx(-3.0)
+    assert math.isfinite(calibrate_threshold(scores, 1e-9))
+
+
+def test_invalid_threshold_arguments() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        candidate_mask(META, "homogeneity", tau_sim=0.5, keep_fraction=0.25)
+    with pytest.raises(ValueError, match="keep_fraction"):
+        candidate_mask(META, "homogeneity", keep_fraction=0.0)
+    with pytest.raises(ValueError, match=r"\[C, d\]"):
+        goal_scores(torch.zeros(3), "homogeneity")
