@@ -85,6 +85,7 @@ class Federation:
         self._setup()
 
     def _setup(self) -> None:
+        self.data = self.algorithm.prepare(self.data)
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(self.seed, "init"))
             self.module.set_num_features(self.data.num_features)

@@ -34,6 +34,10 @@ class Algorithm(ABC):
             raise ValueError(f"algorithm.personal_layers must be >= 0, got {personal_layers}")
         self.personal_layers = int(personal_layers)
 
+    def prepare(self, data: FederatedData) -> FederatedData:
+        """The view of the data this method trains and evaluates on (default: as given)."""
+        return data
+
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         """Called once before training: remember sizes and which parameters are shared."""
         self.num_centers = data.num_centers

@@ -82,6 +82,9 @@ class CenterData:
             with this center's train statistics; labels are 0./1.
         metadata: Descriptor ``v_i`` (float64): base 3 dims, then the Charlson prevalences.
         attributes: Free-form facts about the center (care unit, window, ...).
+        feature_mean: The center's own train means used to standardize (float64 ``[F]``; 0 for
+            columns left as they are), or None when unknown.
+        feature_std: The matching standard deviations (1 for columns left as they are).
     """
 
     name: str
@@ -93,6 +96,8 @@ class CenterData:
     y_test: Tensor
     metadata: Tensor
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    feature_mean: Tensor | None = None
+    feature_std: Tensor | None = None
 
     @property
     def n_train(self) -> int:
@@ -203,6 +208,52 @@ def build_federation(
                 y_test=torch.from_numpy(table.y[te].astype(np.float32)),
                 metadata=torch.tensor(np.concatenate([base, prevalence]), dtype=torch.float64),
                 attributes=dict(table.attributes.get(str(name), {})),
+                feature_mean=torch.from_numpy(mean),
+                feature_std=torch.from_numpy(std),
             )
         )
     return FederatedData(centers=tuple(centers), feature_names=table.feature_names)
+
+
+def pooled_standardization(data: FederatedData) -> FederatedData:
+    """The same centers with features standardized by the *pooled* train statistics.
+
+    What the data would look like if it could be pooled (the Centralized reference): each center's
+    rows are mapped back to raw units with its own train mean/std, then every column that was
+    standardized is standardized with the mean/std of all centers' train rows together. Centers
+    without recorded statistics (``feature_mean is None``) are returned unchanged.
+    """
+    if any(c.feature_mean is None or c.feature_std is None for c in data.centers):
+        return data
+
+    def raw(c: CenterData, x: Tensor) -> Tensor:
+        return x.double() * c.feature_std + c.feature_mean
+
+    train = torch.cat([raw(c, c.x_train) for c in data.centers])
+    scaled = torch.stack([c.feature_std != 1.0 for c in data.centers]).any(0) | torch.stack(
+        [c.feature_mean != 0.0 for c in data.centers]
+    ).any(0)
+    mean = torch.where(scaled, train.mean(0), torch.zeros_like(train[0]))
+    std = torch.where(scaled, train.std(0, unbiased=False), torch.ones_like(train[0]))
+    std = torch.where(std > 1e-12, std, torch.ones_like(std))
+
+    def pooled(c: CenterData, x: Tensor) -> Tensor:
+        return ((raw(c, x) - mean) / std).to(x.dtype)
+
+    centers = tuple(
+        CenterData(
+            name=c.name,
+            x_train=pooled(c, c.x_train),
+            y_train=c.y_train,
+            x_val=pooled(c, c.x_val),
+            y_val=c.y_val,
+            x_test=pooled(c, c.x_test),
+            y_test=c.y_test,
+            metadata=c.metadata,
+            attributes=c.attributes,
+            feature_mean=mean,
+            feature_std=std,
+        )
+        for c in data.centers
+    )
+    return FederatedData(centers=centers, feature_names=data.feature_names)

@@ -80,13 +80,14 @@ class ShapleyCredit:
         """
         src, dst = edges
         c = n_train.shape[0]
-        edge_of = {
-            (int(d), int(s)): e for e, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True))
-        }
+        edge_of = {(d, s): e for e, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True))}
         gen = torch_generator(ctx.seed, "shapley", ctx.round)
-        rows, cols, vals, centers = [], [], [], []
+        n = n_train.to(torch.float64).tolist()
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+        centers: list[int] = []
         plans = []  # per active center: (i, players, masks, permutations or None, first row)
-        n = n_train.to(torch.float64)
         for i, players in enumerate(partners):
             m = len(players)
             if m == 0:
@@ -95,24 +96,22 @@ class ShapleyCredit:
             masks = coalitions_exact(m) if perms is None else tmc_masks(perms)
             plans.append((i, players, masks, perms, len(centers)))
             for mask in masks:
-                q = len(centers)
-                members = [k for k in range(m) if mask >> k & 1]
-                total = n[i] + sum(n[players[k]] for k in members)
-                rows.append(q), cols.append(i), vals.append(float(n[i] / total))
-                for k in members:
-                    (
-                        rows.append(q),
-                        cols.append(c + edge_of[(i, players[k])]),
-                        vals.append(float(n[players[k]] / total)),
-                    )
+                # Coalition model: own model (column i) + received models (column C + edge index).
+                terms = [(i, n[i])] + [
+                    (c + edge_of[(i, players[k])], n[players[k]]) for k in range(m) if mask >> k & 1
+                ]
+                total = sum(w for _, w in terms)
+                rows += [len(centers)] * len(terms)
+                cols += [col for col, _ in terms]
+                vals += [w / total for _, w in terms]
                 centers.append(i)
         if not centers:
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty, torch.zeros(0, dtype=torch.float64)
         centers_t = torch.tensor(centers)
-        coeff = torch.sparse_coo_tensor(
-            torch.tensor([rows, cols]), torch.tensor(vals), (len(centers), c + len(src))
-        )
+        shape = (len(centers), c + len(src))
+        with torch.sparse.check_sparse_tensor_invariants(enable=True):
+            coeff = torch.sparse_coo_tensor(torch.tensor([rows, cols]), torch.tensor(vals), shape).coalesce()
         params = {}
         for name, p in own.items():
             stacked = torch.cat([p, received[name]]).reshape(c + len(src), -1)

@@ -1,0 +1,161 @@
+"""ABPS as an algorithm: exchange, aggregation, momentum, credit, rest and bandwidth."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_fed.algorithms import ABPS
+from lightning_fed.comm import BFloat16Hook, Wire
+from lightning_fed.models import MortalityMLP
+from lightning_fed.selection.abps import BayesianSelector, GoalFilter
+from lightning_fed.types import RoundContext
+from tests.conftest import make_federation
+
+
+def _bias_utility(params: dict, centers: torch.Tensor) -> torch.Tensor:
+    """A stand-in utility: the first entry of the first bias of each coalition model."""
+    return params["layers.0.bias"][:, 0].double()
+
+
+CTX = RoundContext(round=0, seed=0, val_utility=_bias_utility)
+
+
+def _setup(sizes, algo, values):
+    data = make_federation(sizes)
+    module = MortalityMLP(in_features=data.num_features, hidden=(4, 3))
+    algo.setup(data, module, seed=0)
+    params = {n: torch.stack([torch.full_like(p, v) for v in values]) for n, p in module.named_parameters()}
+    return module, params
+
+
+def _fixed(algo: ABPS, partners: list[list[int]]) -> None:
+    algo.selector.select = lambda round_idx: partners
+
+
+def test_pair_averages_by_size_and_rester_keeps_its_model() -> None:
+    """n = (30, 10, 20), theta = (1, 5, 2), P = {0: [1], 1: [0], 2: []}:
+    centers 0 and 1 both get (30*1 + 10*5) / 40 = 2.0; center 2 rests and keeps 2.0 (sends nothing)."""
+    algo = ABPS()
+    module, params = _setup([30, 10, 20], algo, [1.0, 5.0, 2.0])
+    _fixed(algo, [[1], [0], []])
+    wire = Wire()
+    out = algo.aggregate(CTX, params, wire)
+    for p in out.values():
+        assert torch.allclose(p, torch.full_like(p, 2.0))
+    size = sum(p.numel() for p in module.parameters()) * 4
+    assert wire.ledger.per_center(3).tolist() == [2 * size, 2 * size, 0]
+    assert algo.round_stats() == {
+        "isolation_rate": pytest.approx(1 / 3),
+        "mean_partners": pytest.approx(2 / 3),
+    }
+
+
+def test_shapley_credit_updates_the_posterior_by_hand() -> None:
+    """U_0(empty) = 1, U_0({1}) = (30*1 + 10*5)/40 = 2 -> phi_{1->0} = 1 -> clip 1 -> Beta(2, 1).
+    U_1(empty) = 5, U_1({0}) = 2 -> phi_{0->1} = -3 -> clip 0 -> Beta(1, 2)."""
+    algo = ABPS()
+    _setup([30, 10, 20], algo, [1.0, 5.0, 2.0])
+    _fixed(algo, [[1], [0], []])
+    algo.aggregate(CTX, _setup([30, 10, 20], ABPS(), [1.0, 5.0, 2.0])[1], Wire())
+    post = algo.selector.posterior
+    assert (post.alpha[0, 1].item(), post.beta[0, 1].item()) == (2.0, 1.0)
+    assert (post.alpha[1, 0].item(), post.beta[1, 0].item()) == (1.0, 2.0)
+    assert post.count[0, 1] == 1 and post.count[1, 0] == 1 and post.count[2].sum() == 0
+
+
+def test_undefined_utility_makes_no_observation() -> None:
+    algo = ABPS()
+    _, params = _setup([30, 10], algo, [1.0, 5.0])
+    _fixed(algo, [[1], [0]])
+    nan_ctx = RoundContext(0, 0, lambda p, c: torch.full((c.shape[0],), float("nan"), dtype=torch.float64))
+    algo.aggregate(nan_ctx, params, Wire())
+    assert algo.selector.posterior.count.sum() == 0
+
+
+def test_momentum_ema_on_the_aggregated_update() -> None:
+    """beta = 0.5: buf_0 = 0.5 * (2 - 1) = 0.5 -> theta_0 = 1.5; buf_1 = 0.5 * (2 - 5) = -1.5 -> 3.5."""
+    algo = ABPS(momentum=0.5)
+    _, params = _setup([30, 10, 20], algo, [1.0, 5.0, 2.0])
+    _fixed(algo, [[1], [0], []])
+    out = algo.aggregate(CTX, params, Wire())
+    w = out["layers.0.weight"]
+    assert (
+        w[0].unique().tolist() == [1.5]
+        and w[1].unique().tolist() == [3.5]
+        and w[2].unique().tolist() == [2.0]
+    )
+
+
+def test_personal_head_and_bf16_wire_cut_bytes() -> None:
+    module, params = _setup([30, 10], ABPS(), [1.0, 5.0])
+    full = sum(p.numel() for p in module.parameters())
+    head = sum(p.numel() for n, p in module.named_parameters() if n in module.head_parameter_names(1))
+    algo = ABPS(personal_layers=1)
+    _, params = _setup([30, 10], algo, [1.0, 5.0])
+    _fixed(algo, [[1], [0]])
+    wire = Wire(hook=BFloat16Hook())
+    out = algo.aggregate(CTX, params, wire)
+    assert wire.ledger.total() == 2 * (full - head) * 2
+    assert torch.equal(out["layers.2.weight"], params["layers.2.weight"])
+
+
+def test_metadata_crosses_the_wire_once_when_filtering() -> None:
+    algo = ABPS(
+        selector=BayesianSelector(filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3))
+    )
+    _, params = _setup([30, 10, 20, 40], algo, [1.0, 5.0, 2.0, 3.0])
+    _fixed(algo, [[], [], [], []])
+    wire = Wire()
+    algo.aggregate(CTX, params, wire)
+    assert wire.ledger.total() == 4 * 3 * 4  # 4 centers x 3 float32 entries
+    algo.aggregate(RoundContext(1, 0, _bias_utility), params, wire)
+    assert wire.ledger.total() == 4 * 3 * 4
+    assert algo.selector.candidates.sum() == 6  # half of the 12 ordered pairs
+
+
+def test_everyone_rests_when_no_ucb_reaches_tau_acc(small_federation) -> None:
+    from lightning.fabric import Fabric
+
+    from lightning_fed.federation import Federation
+    from lightning_fed.types import TrainerConfig
+
+    algo = ABPS(selector=BayesianSelector(gamma=0.0, tau_acc=0.9))
+    fed = Federation(
+        small_federation,
+        MortalityMLP(hidden=(8, 4)),
+        algo,
+        TrainerConfig(rounds=2, batch_size=16),
+        Fabric(accelerator="cpu", devices=1),
+    )
+    summary = fed.fit()
+    assert summary["total_bytes"] == 0 and summary["isolation_rate"] == 1.0
+    assert summary["rested_center_rounds"] == 2 * small_federation.num_centers
+    assert summary["bytes_saved_by_rest"] > 0
+
+
+def test_abps_federation_bandwidth_and_determinism(small_federation) -> None:
+    """kappa = 3 with every proposal accepted in round 0 (prior mean 0.5 = tau_acc): each partnership is an
+    edge of 2|W| against FedAvg's 2|W| per center, so bytes / FedAvg = edges / C = E|P_i| / 2 (1.5x when
+    every center fills its 3 slots; greedy matching on 8 centers may leave a slot empty)."""
+    from lightning.fabric import Fabric
+
+    from lightning_fed.federation import Federation
+    from lightning_fed.types import TrainerConfig
+
+    def run(seed):
+        fed = Federation(
+            small_federation,
+            MortalityMLP(hidden=(8, 4)),
+            ABPS(),
+            TrainerConfig(rounds=1, batch_size=16),
+            Fabric(accelerator="cpu", devices=1),
+            seed=seed,
+        )
+        return fed, fed.fit()
+
+    fed, summary = run(0)
+    assert summary["mean_partners"] >= 2.5
+    assert summary["bytes_vs_fedavg"] == pytest.approx(summary["mean_partners"] / 2)
+    assert all(1 <= len(p) <= 3 for p in fed.algorithm.last_partners)
+    assert run(0)[1]["test_auroc_mean"] == summary["test_auroc_mean"]
