@@ -66,7 +66,8 @@ Label
     The nonlinearity (age x heart-rate interaction, hypotension hinge, ``g``) lets an MLP beat a
     linear model, and, being defined on population units, it is what a pooled model learns best:
     federated centers must standardize on their own rows, which moves the hinge and ``g`` per
-    center (on the default federation this is the gap between Centralized and FedAvg). Much of the vitals' weight sits on ``max - min`` contrasts (instability) and on
+    center (on the default federation this is the gap between Centralized and FedAvg).
+    Much of the vitals' weight sits on ``max - min`` contrasts (instability) and on
     rare categories / comorbidities, which a small center cannot estimate from its own rows but a
     federation can. FedProx's random intercept is replaced by a calibrated one: ``b_k`` solves
     ``mean_i sigmoid(b_k + eta_k(x_i)) = r_k`` over the center's rows, where the center's base
