@@ -141,14 +141,22 @@ class Federation:
     @torch.no_grad()
     def val_utility(self, params: dict[str, Tensor], centers: Tensor, chunk: int = 256) -> Tensor:
         """Validation AUROC ``[Q]`` of stacked models ``params`` (``[Q, ...]``), model ``q`` on center
-        ``centers[q]``'s own validation split (see :class:`~lightning_fed.types.RoundContext`)."""
-        out = []
+        ``centers[q]``'s own validation split (see :class:`~lightning_fed.types.RoundContext`).
+
+        Models are taken in order of their center's validation size and each chunk is cut to its
+        longest split, so small centers are not padded to the largest one.
+        """
+        sizes = self.val.mask.sum(1)[centers.cpu()]
+        order = torch.argsort(sizes, stable=True)
+        out = torch.empty(centers.shape[0], dtype=torch.float64)
         for lo in range(0, centers.shape[0], chunk):
-            idx = centers[lo : lo + chunk].cpu()
-            p = {n: t[lo : lo + chunk] for n, t in params.items()}
-            logits = self.engine.predict(p, self.val.x[idx]).float().cpu()
-            out.append(batched_auroc(logits, self.val.y[idx], self.val.mask[idx]))
-        return torch.cat(out) if out else torch.zeros(0, dtype=torch.float64)
+            sel = order[lo : lo + chunk]
+            idx = centers.cpu()[sel]
+            width = max(1, int(sizes[sel].max()))
+            p = {n: t.index_select(0, sel.to(t.device)) for n, t in params.items()}
+            logits = self.engine.predict(p, self.val.x[idx, :width]).float().cpu()
+            out[sel] = batched_auroc(logits, self.val.y[idx, :width], self.val.mask[idx, :width])
+        return out
 
     def fit(self) -> dict[str, Any]:
         """Run the remaining rounds; returns the summary (also passed to ``on_fit_end``)."""

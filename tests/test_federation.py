@@ -126,3 +126,15 @@ def test_collaboration_helps_on_synthetic_icu() -> None:
         fed, _ = _fed(data, algo, rounds=8)
         scores[type(algo).__name__] = fed.fit()["test_auroc_mean"]
     assert scores["Centralized"] > scores["FedAvg"] > scores["LocalOnly"], scores
+
+
+def test_val_utility_equals_per_center_evaluation(small_federation) -> None:
+    """Models given in any order, chunked and trimmed, score like evaluating each center alone."""
+    fed, _ = _fed(small_federation, rounds=1)
+    fed.fit()
+    params = fed.engine.get_params()
+    centers = torch.tensor([5, 0, 3, 5, 7, 1])
+    picked = {n: p[centers] for n, p in params.items()}
+    got = fed.val_utility(picked, centers, chunk=2)
+    expected = fed.evaluate("val").auroc[centers]
+    assert torch.allclose(got, expected, equal_nan=True)

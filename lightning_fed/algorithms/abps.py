@@ -21,6 +21,7 @@ descriptor once (round 0) to the directory, booked on the ledger.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -94,18 +95,24 @@ class ABPS(Algorithm):
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
             self._publish_metadata(wire, ctx.round)
+        t0 = time.perf_counter()
         partners = self.selector.select(ctx.round)
+        t1 = time.perf_counter()
         src, dst = _edges(partners)
         shared = self.shared(params)
         personal = {n: p for n, p in params.items() if n not in shared}
         out = dict(params)
         self._book(partners, wire, shared)
+        t2 = t3 = time.perf_counter()
         if len(src):
             device = next(iter(shared.values())).device
             received = wire.send({n: t[src.to(device)] for n, t in shared.items()}, src, dst, ctx.round)
             out.update(self._mix(shared, received, src, dst, partners))
+            t2 = time.perf_counter()
             i, j, phi = self.credit(ctx, partners, shared, received, (src, dst), self.n_train, personal)
             self.selector.observe(i, j, phi)
+            t3 = time.perf_counter()
+        self._round.update(seconds_matching=t1 - t0, seconds_shapley=t3 - t2)
         self.last_partners = partners
         return out
 

@@ -34,13 +34,14 @@ Unit and center heterogeneity (FedProx's alpha and beta, units playing FedProx's
         m_k &= \lambda_x \left(v_u + \text{drift}\, R^x_u(t) + \kappa\, \epsilon_k\right),
                 \quad \epsilon_k \sim \mathcal N(0, I_D)
 
-    with ``sigma = signal`` and a shared, clinically signed weight vector :math:`w^\star`
+    with ``sigma = signal``, :math:`\lambda_x` = ``feature_shift``, :math:`\lambda_w` = ``concept_shift``,
+    :math:`\kappa = 0.5`, and a shared, clinically signed weight vector :math:`w^\star`
     (:data:`SHARED_WEIGHTS`) common to all centers: that shared part is what makes pooling data
     pay, while :math:`W_u` makes same-unit centers better partners than cross-unit ones.
 
 Rows of center ``k``
     A latent severity :math:`s \sim \mathcal N(0, 1)` couples the vitals and comorbidities.
-    ``age = clip(mu_age(u) + 16 (m_k[age] + z), 18, 95)``; each vital ``j`` has
+    ``age = clip(mu_age(u) + 16 (0.4 m_k[age] + z), 18, 95)``; each vital ``j`` has
     ``mean = mu_j + sd_j (m_k[j] + l_j s + sqrt(1 - l_j^2) z_j)`` (MAP pulled halfway to
     ``(SBP + 2 DBP) / 3``), ``min = mean - a_j e^{0.35 z' + 0.1 s}``, ``max = mean + b_j e^{0.35 z''
     + 0.1 s}``, all clipped to the vital's physiological range (so ``min <= mean <= max`` and
@@ -298,8 +299,6 @@ SHARED_WEIGHTS: dict[str, float] = {
 }
 
 # Internal scales (see the module docstring).
-_LAMBDA_W = 0.07  # model heterogeneity scale
-_LAMBDA_X = 0.20  # feature-shift scale (sd units / log-odds)
 _KAPPA = 0.5  # center-level noise relative to the unit level
 _RATE_WALK = 0.3  # base-rate drift scale (log-odds, times drift)
 _RATE_JITTER = 0.2  # center base-rate jitter (log-odds)
@@ -406,6 +405,10 @@ class SyntheticICU(DataSource):
             predictable mortality.
         nonlinearity: Weight of a shared random ReLU-network term in the logit (>= 0): a signal
             that needs many optimizer steps, so pooled training pays over model averaging.
+        feature_shift: Scale of the per-unit and per-center shifts of the feature means, in
+            standard deviations (>= 0); FedProx's beta sets their spread, this their size.
+        concept_shift: Scale of the per-unit and per-center deviations of the logistic weights
+            from the shared ones (>= 0); FedProx's alpha sets their spread, this their size.
         min_stays: Fewest stays per center (>= 10).
         partitioner: How rows become centers in :meth:`build`; ``None`` = :class:`Natural`
             (one center per site).
@@ -424,8 +427,10 @@ class SyntheticICU(DataSource):
         beta: float = 0.5,
         drift: float = 0.3,
         size_tail: float = 1.0,
-        signal: float = 0.85,
-        nonlinearity: float = 1.0,
+        signal: float = 0.25,
+        nonlinearity: float = 2.5,
+        feature_shift: float = 1.0,
+        concept_shift: float = 0.2,
         min_stays: int = 40,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
@@ -449,6 +454,8 @@ class SyntheticICU(DataSource):
         self.size_tail = _check_number("size_tail", size_tail, 0.0, strict=True)
         self.signal = _check_number("signal", signal, 0.0, strict=True)
         self.nonlinearity = _check_number("nonlinearity", nonlinearity, 0.0, strict=False)
+        self.feature_shift = _check_number("feature_shift", feature_shift, 0.0, strict=False)
+        self.concept_shift = _check_number("concept_shift", concept_shift, 0.0, strict=False)
         if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         self.partitioner = partitioner
@@ -514,12 +521,12 @@ class SyntheticICU(DataSource):
         # --- center level
         rng = numpy_rng(seed, "synthetic", 1)
         w_star = np.array([SHARED_WEIGHTS.get(n, 0.0) for n in FEATURE_NAMES])
-        W = self.signal * w_star + _LAMBDA_W * (
+        W = self.signal * w_star + self.concept_shift * (
             W_unit[unit_c]
             + self.drift * walk_w[unit_c, window_c]
             + _KAPPA * rng.standard_normal((n_centers, n_feat))
         )
-        M = _LAMBDA_X * (
+        M = self.feature_shift * (
             v_unit[unit_c]
             + self.drift * walk_x[unit_c, window_c]
             + _KAPPA * rng.standard_normal((n_centers, _SHIFT_DIM))
@@ -556,7 +563,8 @@ class SyntheticICU(DataSource):
         severity = rng.standard_normal(n)
 
         age_mu = np.array([UNIT_AGE[u] for u in CARE_UNITS])[unit_r]
-        age = np.clip(age_mu + 16.0 * (Mr[:, 0] + rng.standard_normal(n)), 18.0, 95.0)
+        # Age shifts between centers are damped (x0.4): care units differ by years, not decades.
+        age = np.clip(age_mu + 16.0 * (0.4 * Mr[:, 0] + rng.standard_normal(n)), 18.0, 95.0)
         x[:, _COL["age"]] = age
 
         # categorical groups

@@ -45,10 +45,8 @@ def test_pair_averages_by_size_and_rester_keeps_its_model() -> None:
         assert torch.allclose(p, torch.full_like(p, 2.0))
     size = sum(p.numel() for p in module.parameters()) * 4
     assert wire.ledger.per_center(3).tolist() == [2 * size, 2 * size, 0]
-    assert algo.round_stats() == {
-        "isolation_rate": pytest.approx(1 / 3),
-        "mean_partners": pytest.approx(2 / 3),
-    }
+    stats = algo.round_stats()
+    assert stats["isolation_rate"] == pytest.approx(1 / 3) and stats["mean_partners"] == pytest.approx(2 / 3)
 
 
 def test_shapley_credit_updates_the_posterior_by_hand() -> None:

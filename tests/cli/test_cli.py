@@ -131,3 +131,27 @@ def test_data_that_cannot_be_split_fails_before_writing(
         )
     assert "error" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_every_preset_runs_on_a_tiny_federation(tmp_path: Path, config: Path) -> None:
+    """Each shipped config parses and runs end to end (shrunk to 10 centers and 2 rounds)."""
+    main(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--data.init_args.num_centers=10",
+            "--data.init_args.num_stays=1500",
+            "--trainer.rounds=2",
+            "--logger.enabled=false",
+            "--output.progress_bar=false",
+            f"--output.root={tmp_path}",
+            "--output.name=run",
+        ]
+    )
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["rounds"] >= 1 and summary["num_centers"] == 10

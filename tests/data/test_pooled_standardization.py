@@ -14,7 +14,9 @@ def test_pooled_standardization_recovers_raw_units_and_pools_statistics() -> Non
     cont = data.feature_names.index("age")
     onehot = data.feature_names.index("gender_F")
     train = torch.cat([c.x_train for c in pooled.centers]).double()
-    assert abs(float(train[:, cont].mean())) < 1e-5 and abs(float(train[:, cont].std(unbiased=False)) - 1) < 1e-5
+    assert (
+        abs(float(train[:, cont].mean())) < 1e-5 and abs(float(train[:, cont].std(unbiased=False)) - 1) < 1e-5
+    )
     for before, after in zip(data.centers, pooled.centers, strict=True):
         raw_before = before.x_test.double() * before.feature_std + before.feature_mean
         raw_after = after.x_test.double() * after.feature_std + after.feature_mean

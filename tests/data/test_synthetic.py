@@ -219,35 +219,8 @@ def test_any_number_of_centers(num_centers: int) -> None:
 
 
 # ----------------------------------------------------------------------------- collaboration
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_pooling_beats_local_training(seed: int) -> None:
-    """Proxy for 'collaboration helps': pooled LR beats per-center LR in mean test AUROC."""
-    sklearn = pytest.importorskip("sklearn")
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import roc_auc_score
-
-    del sklearn
-    fed = SyntheticICU(num_centers=40, num_stays=9000).build(seed)
-    x = torch.cat([c.x_train for c in fed.centers]).numpy()
-    y = torch.cat([c.y_train for c in fed.centers]).numpy()
-    pooled = LogisticRegression(max_iter=500).fit(x, y)
-    pooled_auc, local_auc = [], []
-    for c in fed.centers:
-        yt = c.y_test.numpy()
-        if yt.min() == yt.max():
-            continue
-        xt, ytr = c.x_test.numpy(), c.y_train.numpy()
-        pooled_auc.append(roc_auc_score(yt, pooled.decision_function(xt)))
-        if ytr.min() == ytr.max():
-            local_auc.append(0.5)
-        else:
-            local = LogisticRegression(max_iter=500).fit(c.x_train.numpy(), ytr)
-            local_auc.append(roc_auc_score(yt, local.decision_function(xt)))
-    assert len(pooled_auc) >= 25
-    assert 0.75 < np.mean(pooled_auc) < 0.95
-    assert np.mean(pooled_auc) - np.mean(local_auc) > 0.04, (np.mean(pooled_auc), np.mean(local_auc))
+# That collaboration helps is checked with the real engines (Centralized > FedAvg > Local-only)
+# in tests/test_federation.py::test_collaboration_helps_on_synthetic_icu.
 
 
 # ----------------------------------------------------------------------------- validation
@@ -265,6 +238,9 @@ def test_pooling_beats_local_training(seed: int) -> None:
         ({"drift": -1}, "drift"),
         ({"size_tail": 0}, "size_tail"),
         ({"signal": 0}, "signal"),
+        ({"nonlinearity": -1.0}, "nonlinearity"),
+        ({"feature_shift": -0.5}, "feature_shift"),
+        ({"concept_shift": -0.5}, "concept_shift"),
         ({"min_stays": 5}, "min_stays"),
         ({"partitioner": "natural"}, "partitioner"),
         ({"seed": 1.5}, "seed"),
