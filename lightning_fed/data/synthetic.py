@@ -59,11 +59,14 @@ Label
     .. math::
 
         \eta_k(x) &= w_k^\top f(x) + \sigma \left(0.9\, f_{age} f_{hr,mean} + 1.2\,
-            [-f_{mbp,min} - 0.5]_+\right) + \nu\, g(f(x))\\
+            [-f_{mbp,min} - 0.5]_+\right) + \nu\, g(f(x)) + \nu_u\, g_u(f(x))\\
         y &\sim \text{Bernoulli}\left(\text{sigmoid}(b_k + \eta_k(x))\right)
 
     with :math:`\nu` = ``nonlinearity`` and :math:`g` a fixed random ReLU network
-    (``sum_h a_h relu(u_h^T f + c_h)``, 32 units, scaled to unit variance) shared by all centers.
+    (``sum_h a_h relu(u_h^T f + c_h)``, 32 units, scaled to unit variance) shared by all centers,
+    and :math:`\nu_u` = ``unit_nonlinearity`` times a second such network :math:`g_u` per care unit
+    (unit-specific risk: a pooled model can condition on the unit's case mix, an average of
+    models blurs the six :math:`g_u`, and a small center cannot learn its own from a few rows).
     The nonlinearity (age x heart-rate interaction, hypotension hinge, ``g``) lets an MLP beat a
     linear model, and, being defined on population units, it is what a pooled model learns best:
     federated centers must standardize on their own rows, which moves the hinge and ``g`` per
@@ -409,6 +412,9 @@ class SyntheticICU(DataSource):
             standard deviations (>= 0); FedProx's beta sets their spread, this their size.
         concept_shift: Scale of the per-unit and per-center deviations of the logistic weights
             from the shared ones (>= 0); FedProx's alpha sets their spread, this their size.
+        unit_nonlinearity: Weight of a per-care-unit random ReLU term ``g_u`` (>= 0): unit-specific
+            risk that a pooled model can condition on, an average model blurs, and a small center
+            cannot learn alone.
         min_stays: Fewest stays per center (>= 10).
         partitioner: How rows become centers in :meth:`build`; ``None`` = :class:`Natural`
             (one center per site).
@@ -430,7 +436,8 @@ class SyntheticICU(DataSource):
         signal: float = 0.25,
         nonlinearity: float = 2.5,
         feature_shift: float = 1.0,
-        concept_shift: float = 0.2,
+        concept_shift: float = 0.1,
+        unit_nonlinearity: float = 1.5,
         min_stays: int = 40,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
@@ -456,6 +463,7 @@ class SyntheticICU(DataSource):
         self.nonlinearity = _check_number("nonlinearity", nonlinearity, 0.0, strict=False)
         self.feature_shift = _check_number("feature_shift", feature_shift, 0.0, strict=False)
         self.concept_shift = _check_number("concept_shift", concept_shift, 0.0, strict=False)
+        self.unit_nonlinearity = _check_number("unit_nonlinearity", unit_nonlinearity, 0.0, strict=False)
         if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         self.partitioner = partitioner
@@ -467,6 +475,8 @@ class SyntheticICU(DataSource):
         return (
             f"SyntheticICU(num_centers={self.num_centers}, num_stays={self.num_stays}, alpha={self.alpha}, "
             f"beta={self.beta}, drift={self.drift}, size_tail={self.size_tail}, signal={self.signal}, "
+            f"nonlinearity={self.nonlinearity}, feature_shift={self.feature_shift}, "
+            f"concept_shift={self.concept_shift}, unit_nonlinearity={self.unit_nonlinearity}, "
             f"min_stays={self.min_stays}, partitioner={self.partitioner!r}, seed={self.seed})"
         )
 
@@ -621,6 +631,12 @@ class SyntheticICU(DataSource):
         )
         if self.nonlinearity > 0:
             eta += self.nonlinearity * _teacher(numpy_rng(seed, "synthetic", 3), f)
+        if self.unit_nonlinearity > 0:  # each care unit's own nonlinear risk term g_u
+            for u in range(len(CARE_UNITS)):
+                rows = unit_r == u
+                if rows.any():
+                    g_u = _teacher(numpy_rng(seed, "synthetic", 4 + u), f)
+                    eta[rows] += self.unit_nonlinearity * g_u[rows]
         # per-center intercept so that the center's expected mortality equals its base rate
         lo, hi = np.full(n_centers, -30.0), np.full(n_centers, 30.0)
         for _ in range(50):

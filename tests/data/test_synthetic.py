@@ -241,6 +241,7 @@ def test_any_number_of_centers(num_centers: int) -> None:
         ({"nonlinearity": -1.0}, "nonlinearity"),
         ({"feature_shift": -0.5}, "feature_shift"),
         ({"concept_shift": -0.5}, "concept_shift"),
+        ({"unit_nonlinearity": -0.5}, "unit_nonlinearity"),
         ({"min_stays": 5}, "min_stays"),
         ({"partitioner": "natural"}, "partitioner"),
         ({"seed": 1.5}, "seed"),
