@@ -25,6 +25,7 @@ Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) al
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -109,10 +110,15 @@ class Federation:
             seed=self.seed,
             device=self.fabric.device,
             dtype=self.dtype,
-            autocast=self.fabric.autocast,
+            autocast=self.fabric.autocast if self.mixed_precision else nullcontext,
         )
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
+
+    @property
+    def mixed_precision(self) -> bool:
+        """Whether Fabric's precision autocasts (``bf16-mixed``, ``16-mixed``)."""
+        return "mixed" in str(getattr(self.fabric.strategy.precision, "precision", ""))
 
     @property
     def fedavg_message_bytes(self) -> int:

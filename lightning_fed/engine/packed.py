@@ -45,6 +45,9 @@ class PackedEngine(Engine):
     ) -> None:
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
         self.autocast, self.device = autocast, torch.device(device)
+        # Mixed precision needs autocast, which only the autograd path honours: callers pass
+        # ``nullcontext`` (the default) when there is nothing to autocast.
+        self.autocast_enabled = autocast is not nullcontext
         self.num_models = len(train)
         sizes = torch.tensor([len(y) for _, y in train])
         steps = torch.tensor([steps_per_round(int(n), batch_size, epochs) for n in sizes])
@@ -73,6 +76,7 @@ class PackedEngine(Engine):
         self.flat = template.unsqueeze(0).repeat(self.num_models, 1)
         self.optimizer: StackedOptimizer = stacked_optimizer_for(module.configure_optimizers())
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
+        self.grad = torch.zeros_like(self.flat)  # reused every step (fresh buffers cost page faults)
 
     def _views(self, flat: Tensor) -> dict[str, Tensor]:
         """Named parameter views ``[k, *shape]`` into a ``[k, D]`` buffer."""
@@ -99,17 +103,30 @@ class PackedEngine(Engine):
                 rows = idx[:k, s]
                 xb, yb = self.x[rows], self.y[rows]
                 mask = (rows != self.pad_row).to(xb.dtype)
-                leaf = self.flat[:k].detach().requires_grad_(True)
-                with self.autocast():
-                    logits = packed_logits(self.module, self._views(leaf), xb, gen)
-                per_row = torch.nn.functional.binary_cross_entropy_with_logits(
-                    logits.to(yb.dtype), yb, reduction="none"
-                )
-                per_center = (per_row * mask).sum(1) / mask.sum(1)
-                (grad,) = torch.autograd.grad(per_center.sum(), [leaf])
+                if self.module.has_packed_loss_grad and not self.autocast_enabled:
+                    grad = self.grad[:k]
+                    per_center = self.module.packed_loss_grad(
+                        self._views(self.flat[:k]), xb, yb, mask, gen, self._views(grad)
+                    )
+                else:
+                    per_center, grad = self._autograd_step(k, xb, yb, mask, gen)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
         return (loss_sum / self.steps.to(loss_sum)).index_select(0, self.inverse.to(self.device))
+
+    def _autograd_step(
+        self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, gen: torch.Generator
+    ) -> tuple[Tensor, Tensor]:
+        """Per-center loss and flat gradient ``[k, D]`` through autograd (any module)."""
+        leaf = self.flat[:k].detach().requires_grad_(True)
+        with self.autocast():
+            logits = packed_logits(self.module, self._views(leaf), xb, gen)
+        per_row = torch.nn.functional.binary_cross_entropy_with_logits(
+            logits.to(yb.dtype), yb, reduction="none"
+        )
+        per_center = (per_row * mask).sum(1) / mask.sum(1)
+        (grad,) = torch.autograd.grad(per_center.sum(), [leaf])
+        return per_center.detach(), grad
 
     def get_params(self) -> dict[str, Tensor]:
         return self._views(self.flat.index_select(0, self.inverse.to(self.device)))

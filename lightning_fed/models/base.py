@@ -46,6 +46,29 @@ class CenterModule(L.LightningModule):
         """
         raise NotImplementedError
 
+    def packed_loss_grad(
+        self,
+        params: dict[str, Tensor],
+        x: Tensor,
+        y: Tensor,
+        mask: Tensor,
+        generator: torch.Generator | None,
+        grads: dict[str, Tensor],
+    ) -> Tensor:
+        """Optional fast path: per-center mean BCE loss ``[k]`` and its gradients, without autograd.
+
+        ``x [k, B, F]``, ``y`` and ``mask`` ``[k, B]`` (mask: real rows); writes d(sum of the
+        per-center losses)/d(param) into the tensors of ``grads`` (same shapes as ``params``).
+        The packed engine uses it when a subclass overrides it, else autograd over
+        :meth:`packed_forward`; tests pin the two against each other.
+        """
+        raise NotImplementedError
+
+    @property
+    def has_packed_loss_grad(self) -> bool:
+        """Whether the subclass provides its own :meth:`packed_loss_grad`."""
+        return type(self).packed_loss_grad is not CenterModule.packed_loss_grad
+
     @property
     def has_packed_forward(self) -> bool:
         """Whether the subclass provides its own :meth:`packed_forward`."""

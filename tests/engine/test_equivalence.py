@@ -42,8 +42,16 @@ def test_packed_matches_sequential_float64() -> None:
     assert _max_diff(packed.get_params(), sequential.get_params()) < 1e-10
 
 
+def test_autograd_path_matches_sequential_float64(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the hand-derived gradients, autograd through ``packed_forward``: same numbers."""
+    monkeypatch.setattr(MortalityMLP, "has_packed_loss_grad", property(lambda self: False))
+    packed, sequential = _train(torch.float64)
+    assert _max_diff(packed.get_params(), sequential.get_params()) < 1e-10
+
+
 def test_vmap_path_matches_sequential_float64(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Modules without ``packed_forward`` go through ``vmap(functional_call)``: same numbers."""
+    """Modules with neither fast path go through ``vmap(functional_call)`` and autograd: same numbers."""
+    monkeypatch.setattr(MortalityMLP, "has_packed_loss_grad", property(lambda self: False))
     monkeypatch.setattr(MortalityMLP, "has_packed_forward", property(lambda self: False))
     packed, sequential = _train(torch.float64)
     assert _max_diff(packed.get_params(), sequential.get_params()) < 1e-10
