@@ -22,6 +22,7 @@ import numpy as np
 
 from lightning_fed.data.center import PooledTable
 from lightning_fed.seeding import numpy_rng
+from lightning_fed.validation import check_int
 
 __all__ = ["IID", "Dirichlet", "Natural", "Partitioner"]
 
@@ -46,14 +47,6 @@ class Partitioner(Protocol):
             belongs to exactly one group.
         """
         ...
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 class Natural:
@@ -98,14 +91,14 @@ class Dirichlet:
     """
 
     def __init__(self, num_centers: int, alpha: float = 0.5, min_size: int = 20, max_attempts: int = 1000):
-        self.num_centers = _check_int("num_centers", num_centers, 1)
+        self.num_centers = check_int("num_centers", num_centers, 1)
         if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
             raise ValueError(f"alpha must be a float > 0, got {alpha!r}")
         if not np.isfinite(alpha) or alpha <= 0:
             raise ValueError(f"alpha must be a finite float > 0, got {alpha}")
         self.alpha = float(alpha)
-        self.min_size = _check_int("min_size", min_size, 1)
-        self.max_attempts = _check_int("max_attempts", max_attempts, 1)
+        self.min_size = check_int("min_size", min_size, 1)
+        self.max_attempts = check_int("max_attempts", max_attempts, 1)
 
     def assign(self, table: PooledTable, seed: int) -> list[tuple[str, np.ndarray]]:
         """Deal rows to ``num_centers`` centers with Dirichlet label skew.
@@ -163,7 +156,7 @@ class IID:
     """
 
     def __init__(self, num_centers: int):
-        self.num_centers = _check_int("num_centers", num_centers, 1)
+        self.num_centers = check_int("num_centers", num_centers, 1)
 
     def assign(self, table: PooledTable, seed: int) -> list[tuple[str, np.ndarray]]:
         """Deal a seeded permutation of the rows into near-equal parts.

@@ -93,6 +93,7 @@ from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import FederatedData, PooledTable, build_federation
 from lightning_fed.data.partition import Natural, Partitioner
 from lightning_fed.seeding import numpy_rng
+from lightning_fed.validation import check_int, check_number
 
 __all__ = [
     "CARE_UNITS",
@@ -340,23 +341,6 @@ def _sigmoid(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
 
-def _check_number(name: str, value: object, low: float, *, strict: bool) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    v = float(value)
-    if not np.isfinite(v) or (v <= low if strict else v < low):
-        raise ValueError(f"{name} must be {'>' if strict else '>='} {low}, got {value}")
-    return v
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
-
-
 def _largest_remainder(total: int, weights: np.ndarray) -> np.ndarray:
     exact = total * weights / weights.sum()
     counts = np.floor(exact).astype(np.int64)
@@ -443,27 +427,27 @@ class SyntheticICU(DataSource):
         seed: int | None = None,
     ) -> None:
         max_centers = len(CARE_UNITS) * len(WINDOW_STARTS)
-        self.num_centers = _check_int("num_centers", num_centers, 1)
+        self.num_centers = check_int("num_centers", num_centers, 1)
         if self.num_centers > max_centers:
             raise ValueError(
                 f"num_centers must be <= {max_centers} (6 care units x 41 windows), got {num_centers}"
             )
-        self.min_stays = _check_int("min_stays", min_stays, 10)
-        self.num_stays = _check_int("num_stays", num_stays, 1)
+        self.min_stays = check_int("min_stays", min_stays, 10)
+        self.num_stays = check_int("num_stays", num_stays, 1)
         if self.num_stays < self.num_centers * self.min_stays:
             raise ValueError(
                 f"num_stays must be >= num_centers * min_stays = {self.num_centers * self.min_stays}, "
                 f"got {num_stays}"
             )
-        self.alpha = _check_number("alpha", alpha, 0.0, strict=False)
-        self.beta = _check_number("beta", beta, 0.0, strict=False)
-        self.drift = _check_number("drift", drift, 0.0, strict=False)
-        self.size_tail = _check_number("size_tail", size_tail, 0.0, strict=True)
-        self.signal = _check_number("signal", signal, 0.0, strict=True)
-        self.nonlinearity = _check_number("nonlinearity", nonlinearity, 0.0, strict=False)
-        self.feature_shift = _check_number("feature_shift", feature_shift, 0.0, strict=False)
-        self.concept_shift = _check_number("concept_shift", concept_shift, 0.0, strict=False)
-        self.unit_nonlinearity = _check_number("unit_nonlinearity", unit_nonlinearity, 0.0, strict=False)
+        self.alpha = check_number("alpha", alpha, 0.0, strict=False)
+        self.beta = check_number("beta", beta, 0.0, strict=False)
+        self.drift = check_number("drift", drift, 0.0, strict=False)
+        self.size_tail = check_number("size_tail", size_tail, 0.0, strict=True)
+        self.signal = check_number("signal", signal, 0.0, strict=True)
+        self.nonlinearity = check_number("nonlinearity", nonlinearity, 0.0, strict=False)
+        self.feature_shift = check_number("feature_shift", feature_shift, 0.0, strict=False)
+        self.concept_shift = check_number("concept_shift", concept_shift, 0.0, strict=False)
+        self.unit_nonlinearity = check_number("unit_nonlinearity", unit_nonlinearity, 0.0, strict=False)
         if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         self.partitioner = partitioner

@@ -33,7 +33,6 @@ class Engine(ABC):
     module: CenterModule
     num_models: int
 
-    @abstractmethod
     def setup(
         self,
         module: CenterModule,
@@ -46,7 +45,26 @@ class Engine(ABC):
         dtype: torch.dtype = torch.float32,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
-        """Copy ``module``'s (already initialized) parameters to every model and index the data."""
+        """Copy ``module``'s (already initialized) parameters to every model and index the data.
+
+        Args:
+            module: The per-center model; its current parameters are every model's start.
+            train: Training rows of each model (center or training group).
+            batch_size: Local batch size.
+            epochs: Local epochs per round.
+            seed: Run seed (batch order and dropout derive from it).
+            device: Where the stacked tensors live.
+            dtype: Parameter and feature dtype.
+            autocast: Context manager for mixed precision; ``nullcontext`` when there is none.
+        """
+        self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
+        self.device, self.autocast = torch.device(device), autocast
+        self.num_models = len(train)
+        self._build(train, dtype)
+
+    @abstractmethod
+    def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
+        """Engine-specific state: stacked or per-center parameters, optimizer states, data layout."""
 
     @abstractmethod
     def train_round(self, round_idx: int) -> Tensor:

@@ -12,8 +12,8 @@ exactly the one it would get alone. Each active center steps its own functional 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -22,7 +22,6 @@ from torch import Tensor
 from lightning_fed.engine.base import Engine, TrainSet, packed_logits
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
-from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed, torch_generator
 
 __all__ = ["PackedEngine"]
@@ -31,26 +30,12 @@ __all__ = ["PackedEngine"]
 class PackedEngine(Engine):
     """Train every center in one batched computation (prefix schedule, vmap or ``packed_forward``)."""
 
-    def setup(
-        self,
-        module: CenterModule,
-        train: Sequence[TrainSet],
-        *,
-        batch_size: int,
-        epochs: int,
-        seed: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    ) -> None:
-        self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
-        self.autocast, self.device = autocast, torch.device(device)
+    def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         # Mixed precision needs autocast, which only the autograd path honours: callers pass
         # ``nullcontext`` (the default) when there is nothing to autocast.
-        self.autocast_enabled = autocast is not nullcontext
-        self.num_models = len(train)
+        self.autocast_enabled = self.autocast is not nullcontext
         sizes = torch.tensor([len(y) for _, y in train])
-        steps = torch.tensor([steps_per_round(int(n), batch_size, epochs) for n in sizes])
+        steps = torch.tensor([steps_per_round(int(n), self.batch_size, self.epochs) for n in sizes])
         # Stable sort: ties keep center order, so the layout is a pure function of the sizes.
         self.order = torch.argsort(steps, descending=True, stable=True)
         self.inverse = torch.argsort(self.order)
@@ -66,15 +51,16 @@ class PackedEngine(Engine):
         # All parameters of a center live in one row of a flat [C, D] buffer; per-name tensors are
         # views into it. The optimizer then updates one [k, D] slice per step instead of one small
         # tensor per parameter (fewer, larger kernels: measured ~1.5x faster per round).
-        self.shapes = {n: p.shape for n, p in module.named_parameters()}
+        self.shapes = {n: p.shape for n, p in self.module.named_parameters()}
         self.spans: dict[str, tuple[int, int]] = {}
         offset = 0
-        for n, p in module.named_parameters():
+        for n, p in self.module.named_parameters():
             self.spans[n] = (offset, offset + p.numel())
             offset += p.numel()
-        template = torch.cat([p.detach().reshape(-1) for p in module.parameters()]).to(self.device, dtype)
+        template = torch.cat([p.detach().reshape(-1) for p in self.module.parameters()])
+        template = template.to(self.device, dtype)
         self.flat = template.unsqueeze(0).repeat(self.num_models, 1)
-        self.optimizer: StackedOptimizer = stacked_optimizer_for(module.configure_optimizers())
+        self.optimizer: StackedOptimizer = stacked_optimizer_for(self.module.configure_optimizers())
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
         self.grad = torch.zeros_like(self.flat)  # reused every step (fresh buffers cost page faults)
 

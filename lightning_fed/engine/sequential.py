@@ -9,8 +9,7 @@ is tested against, and the fallback for models that cannot be packed (custom opt
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -19,7 +18,6 @@ from torch import Tensor
 from lightning_fed.engine.base import Engine, TrainSet
 from lightning_fed.engine.optim import _only_optimizer
 from lightning_fed.engine.schedule import center_batches
-from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed
 
 __all__ = ["SequentialEngine"]
@@ -28,23 +26,9 @@ __all__ = ["SequentialEngine"]
 class SequentialEngine(Engine):
     """Train centers one after another, each with its own module copy and torch optimizer."""
 
-    def setup(
-        self,
-        module: CenterModule,
-        train: Sequence[TrainSet],
-        *,
-        batch_size: int,
-        epochs: int,
-        seed: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-    ) -> None:
-        self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
-        self.autocast, self.device = autocast, torch.device(device)
-        self.num_models = len(train)
+    def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         self.data = [(x.to(self.device, dtype), y.to(self.device, dtype)) for x, y in train]
-        self.models = [copy.deepcopy(module).to(self.device, dtype) for _ in train]
+        self.models = [copy.deepcopy(self.module).to(self.device, dtype) for _ in train]
         self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
 
     def train_round(self, round_idx: int) -> Tensor:
