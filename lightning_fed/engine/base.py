@@ -1,7 +1,9 @@
 """What every local-training engine provides (packed and sequential share this interface).
 
 An engine owns the per-center parameters and optimizer states of one federation and trains all
-centers for one round of local epochs. Parameters go in and out as stacked tensors ``[C, ...]`` in
+centers for one round of local epochs. Optimizer states persist across rounds (each center keeps
+its own Adam moments and step count, as a hospital keeping its optimizer between rounds would);
+aggregation replaces parameters only. Parameters go in and out as stacked tensors ``[C, ...]`` in
 center order, which is what aggregation (a mixing matrix) works on.
 """
 
