@@ -10,6 +10,7 @@ split (ABPS Sec. 4.1 and 6.3). Nothing here lets one center's rows reach another
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from torch import Tensor
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
+    "MISSING_SUFFIX",
     "METADATA_BASE_DIM",
     "CenterData",
     "FederatedData",
@@ -31,6 +33,10 @@ __all__ = [
 
 #: Length of the base descriptor ``[positive rate, log n_train, mean year / 2030]``.
 METADATA_BASE_DIM = 3
+#: Suffix of the missingness-indicator column added for every feature with a NaN.
+MISSING_SUFFIX = "_missing"
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,10 +113,17 @@ class CenterData:
 
 @dataclass(frozen=True, eq=False)
 class FederatedData:
-    """All centers of a federation, in a fixed order (center id = position)."""
+    """All centers of a federation, in a fixed order (center id = position).
+
+    Attributes:
+        centers: The centers.
+        feature_names: Column names of every center's ``x`` (missingness indicators included).
+        dropped_centers: Names of the groups left out for having fewer than ``min_center_size`` rows.
+    """
 
     centers: tuple[CenterData, ...]
     feature_names: tuple[str, ...]
+    dropped_centers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.centers:
@@ -159,47 +172,111 @@ def build_federation(
     seed: int,
     split: Sequence[float] = (0.8, 0.1, 0.1),
     min_train: int = 2,
+    min_center_size: int = 0,
 ) -> FederatedData:
     """Turn index groups of a pooled table into centers.
 
+    Missing values (NaN in ``table.x``) are handled per center, never with another center's rows
+    (ABPS Sec. 6.1, federated isolation): every feature column holding a NaN anywhere in the table
+    gets a missingness indicator ``<name>_missing`` (1 where the raw value is NaN, appended after
+    the original columns in table order, never standardized), and its NaNs are filled with the
+    median of the center's own train split. When that train column is all NaN the fill is the
+    standardized value 0 (the column gets mean 0, std 1 and every row of it, in all three splits,
+    becomes 0: the center has nothing to scale its values by). Continuous
+    columns are then standardized with the mean/std of the imputed train split.
+
     Args:
-        table: The pooled rows in raw units.
+        table: The pooled rows in raw units (NaN = missing).
         groups: ``(name, row indices)`` per center, in center-id order.
-        seed: Run seed; center ``k``'s split draws from ``(seed, "split", k)``.
+        seed: Run seed; center ``k``'s split draws from ``(seed, "split", k)`` (``k`` counts the
+            groups as given, dropped ones included, so dropping a group leaves the others' splits).
         split: Train/val/test fractions (stratified).
         min_train: Fewest training rows a center may have.
+        min_center_size: Groups with fewer rows are dropped (logged as a warning and listed in
+            ``FederatedData.dropped_centers``); 0 keeps all.
 
     Returns:
         The federation.
 
     Raises:
-        ValueError: If a group is too small to split.
+        ValueError: If the kept rows hold a single label class, every group is dropped, or a kept
+            group is too small to split.
     """
+    if isinstance(min_center_size, bool) or not isinstance(min_center_size, (int, np.integer)):
+        raise ValueError(f"min_center_size must be an integer >= 0, got {min_center_size!r}")
+    if min_center_size < 0:
+        raise ValueError(f"min_center_size must be >= 0, got {min_center_size}")
+    kept = [(k, str(name), np.asarray(rows)) for k, (name, rows) in enumerate(groups)]
+    dropped = tuple(name for _, name, rows in kept if len(rows) < min_center_size)
+    kept = [g for g in kept if len(g[2]) >= min_center_size]
+    if dropped:
+        _log.warning(
+            "build_federation: dropped %d of %d centers with fewer than min_center_size=%d rows",
+            len(dropped),
+            len(dropped) + len(kept),
+            min_center_size,
+        )
+    if not kept:
+        raise ValueError(
+            f"build_federation: all {len(dropped)} centers have fewer than min_center_size={min_center_size} "
+            "rows: lower min_center_size"
+        )
+    all_rows = np.concatenate([rows for _, _, rows in kept])
+    if len(np.unique(table.y[all_rows])) < 2:
+        raise ValueError(
+            f"build_federation: the label has a single class ({np.unique(table.y[all_rows]).tolist()}) over "
+            f"{len(all_rows)} rows: mortality prediction needs both deaths and survivors"
+        )
+
+    x_all = np.asarray(table.x, dtype=np.float64)
+    nan_mask = np.isnan(x_all)
+    nan_cols = np.flatnonzero(nan_mask.any(axis=0))
+    feature_names = table.feature_names + tuple(f"{table.feature_names[j]}{MISSING_SUFFIX}" for j in nan_cols)
     charlson_idx = [table.feature_names.index(c) for c in table.charlson_columns]
     cont = np.asarray(table.continuous, dtype=bool)
+    n_extra = len(nan_cols)
     centers = []
-    for k, (name, rows) in enumerate(groups):
-        rows = np.asarray(rows)
+    for k, name, rows in kept:
         tr, va, te = (rows[p] for p in stratified_split(table.y[rows], split, numpy_rng(seed, "split", k)))
         if len(tr) < min_train:
             raise ValueError(
                 f"center {name!r} has {len(rows)} rows, too few for a {list(split)} split "
                 f"(needs >= {min_train} training rows): merge it or lower the number of centers"
             )
-        x_tr = table.x[tr].astype(np.float64)
-        mean = np.where(cont, x_tr.mean(axis=0), 0.0)
-        std = np.where(cont, x_tr.std(axis=0), 1.0)
+        raw_tr = x_all[tr]
+        fill = np.zeros(x_all.shape[1])
+        empty = np.zeros(x_all.shape[1], dtype=bool)
+        for j in nan_cols:
+            observed = raw_tr[:, j][~np.isnan(raw_tr[:, j])]
+            if observed.size:
+                fill[j] = np.median(observed)
+            else:
+                empty[j] = True
+
+        def imputed(r: np.ndarray, fill: np.ndarray = fill, empty: np.ndarray = empty) -> np.ndarray:
+            x = x_all[r]
+            return np.where(np.isnan(x) | empty, fill, x)
+
+        x_tr = imputed(tr)
+        mean = np.where(cont & ~empty, x_tr.mean(axis=0), 0.0)
+        std = np.where(cont & ~empty, x_tr.std(axis=0), 1.0)
         std = np.where(std > 1e-12, std, 1.0)
+        if n_extra:
+            mean = np.concatenate([mean, np.zeros(n_extra)])
+            std = np.concatenate([std, np.ones(n_extra)])
 
         def scaled(r: np.ndarray, mean: np.ndarray = mean, std: np.ndarray = std) -> Tensor:
-            return torch.from_numpy(((table.x[r] - mean) / std).astype(np.float32))
+            x = imputed(r)
+            if n_extra:
+                x = np.concatenate([x, nan_mask[r][:, nan_cols].astype(np.float64)], axis=1)
+            return torch.from_numpy(((x - mean) / std).astype(np.float32))
 
         y_tr = table.y[tr]
         base = [float(y_tr.mean()), float(np.log(len(tr))), float(table.year[tr].mean() / 2030.0)]
         prevalence = x_tr[:, charlson_idx].mean(axis=0) if charlson_idx else np.zeros(0)
         centers.append(
             CenterData(
-                name=str(name),
+                name=name,
                 x_train=scaled(tr),
                 y_train=torch.from_numpy(y_tr.astype(np.float32)),
                 x_val=scaled(va),
@@ -207,12 +284,12 @@ def build_federation(
                 x_test=scaled(te),
                 y_test=torch.from_numpy(table.y[te].astype(np.float32)),
                 metadata=torch.tensor(np.concatenate([base, prevalence]), dtype=torch.float64),
-                attributes=dict(table.attributes.get(str(name), {})),
+                attributes=dict(table.attributes.get(name, {})),
                 feature_mean=torch.from_numpy(mean),
                 feature_std=torch.from_numpy(std),
             )
         )
-    return FederatedData(centers=tuple(centers), feature_names=table.feature_names)
+    return FederatedData(centers=tuple(centers), feature_names=feature_names, dropped_centers=dropped)
 
 
 def pooled_standardization(data: FederatedData) -> FederatedData:
@@ -256,4 +333,6 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
         )
         for c in data.centers
     )
-    return FederatedData(centers=centers, feature_names=data.feature_names)
+    return FederatedData(
+        centers=centers, feature_names=data.feature_names, dropped_centers=data.dropped_centers
+    )

@@ -157,3 +157,24 @@ def test_abps_federation_bandwidth_and_determinism(small_federation) -> None:
     assert summary["bytes_vs_fedavg"] == pytest.approx(summary["mean_partners"] / 2)
     assert all(1 <= len(p) <= 3 for p in fed.algorithm.last_partners)
     assert run(0)[1]["test_auroc_mean"] == summary["test_auroc_mean"]
+
+
+def test_tmc_credit_matches_exact_when_every_permutation_is_drawn() -> None:
+    """Center 0 with 3 partners: TMC over 6,000 permutations ~ exact Shapley of the same utilities.
+
+    The posterior moves by the clipped value (phi + 0.1) / 0.2, so atol 0.05 on alpha is 0.01 on phi.
+    """
+    from lightning_fed.selection.abps import ShapleyCredit
+
+    partners = [[1, 2, 3], [0], [0], [0]]
+    results = {}
+    for name, credit in (
+        ("exact", ShapleyCredit(exact_max=5)),
+        ("tmc", ShapleyCredit(exact_max=0, num_permutations=6000)),
+    ):
+        algo = ABPS(shapley=credit)
+        _, params = _setup([30, 10, 20, 40], algo, [1.0, 5.0, 2.0, 3.0])
+        _fixed(algo, partners)
+        algo.aggregate(CTX, params, Wire())
+        results[name] = algo.selector.posterior.alpha[0, 1:].clone()
+    assert torch.allclose(results["exact"], results["tmc"], atol=0.05)
