@@ -1,8 +1,9 @@
 """The ``lightning-fed`` command line (jsonargparse).
 
 Commands:
-    fit   train a federation from a config; writes a run directory.
-    test  re-evaluate a finished run directory from its checkpoint.
+    fit            train a federation from a config; writes a run directory.
+    test           re-evaluate a finished run directory from its checkpoint.
+    data describe  print (and optionally save as parquet) the per-center table of a data source.
 
 Config groups: ``data``, ``model``, ``algorithm``, ``comm`` (the wire's encode/decode hook) and
 ``callbacks`` (class_path/init_args), ``trainer`` (rounds, local epochs, batch size, engine),
@@ -20,13 +21,14 @@ from typing import Any
 
 __all__ = ["fit_parser", "main"]
 
-USAGE = """usage: lightning-fed {fit,test} [options]
+USAGE = """usage: lightning-fed {fit,test,data} [options]
 
 Decentralized federated learning across clinical centers.
 
 commands:
   fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
+  data    describe a federation: lightning-fed data describe --data CLASS_PATH [--output FILE.parquet]
 
 'lightning-fed fit --help' lists every config key; '--print_config' prints the resolved config.
 """
@@ -194,6 +196,48 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     return summary
 
 
+def data(argv: Sequence[str]) -> Any:
+    """``lightning-fed data describe``: centers, sizes, positive rates, missingness, descriptors.
+
+    Accepts every ``fit`` option (so a fit config works as it is) plus ``--save FILE.parquet`` and
+    ``--rows N``; only the ``data`` and ``seed`` settings are used.
+    """
+    if not argv or argv[0] != "describe":
+        _fail(
+            "usage: lightning-fed data describe --data CLASS_PATH [--data.init_args.KEY=VALUE] [--save FILE]"
+        )
+    parser = fit_parser()
+    parser.prog = "lightning-fed data describe"
+    parser.add_argument("--save", type=str | None, default=None, help="also write the table as parquet here")
+    parser.add_argument("--rows", type=int, default=20, help="rows to print (all rows are saved)")
+    cfg = parser.parse_args(list(argv[1:]))
+    init = _instantiate(parser, cfg)
+
+    import polars as pl
+
+    from lightning_fed.data.describe import describe
+    from lightning_fed.io import atomic_path
+
+    try:
+        federation = init.data.build(init.seed)
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        _fail(str(err))
+    table = describe(federation)
+    total = int(table["n_train"].sum() + table["n_val"].sum() + table["n_test"].sum())
+    print(f"{federation.num_centers} centers, {total} rows, {federation.num_features} features")
+    shown = table.select(
+        ["center", "n_train", "n_val", "n_test", "pos_rate_train", "missing_share", "v0", "v1", "v2"]
+    )
+    with pl.Config(tbl_rows=init.rows, tbl_width_chars=160, fmt_str_lengths=40, float_precision=3):
+        print(shown)
+    print("v0..v2: positive rate, log n_train, mean year / 2030; the saved table has every descriptor entry")
+    if init.save:
+        with atomic_path(init.save) as tmp:
+            table.write_parquet(tmp)
+        print(f"wrote {init.save}")
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lightning-fed`` console script and the root ``cli.py``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -201,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    commands = {"fit": fit, "test": test}
+    commands = {"fit": fit, "test": test, "data": data}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
     commands[command](rest)

@@ -155,3 +155,24 @@ def test_every_preset_runs_on_a_tiny_federation(tmp_path: Path, config: Path) ->
     )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["rounds"] >= 1 and summary["num_centers"] == 10
+
+
+def test_data_describe_prints_and_saves_the_per_center_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "centers.parquet"
+    main(
+        [
+            "data",
+            "describe",
+            "--data.init_args.num_centers=6",
+            "--data.init_args.num_stays=900",
+            "--save",
+            str(out),
+        ]
+    )
+    table = pl.read_parquet(out)
+    assert table.shape[0] == 6
+    assert {"center", "n_train", "pos_rate_train", "missing_share", "v0", "v14"} <= set(table.columns)
+    assert int((table["n_train"] + table["n_val"] + table["n_test"]).sum()) == 900
+    assert "6 centers, 900 rows" in capsys.readouterr().out
