@@ -27,6 +27,7 @@ Decentralized federated learning across clinical centers.
 
 commands:
   fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
+          continue an interrupted run: lightning-fed fit --resume runs/<run>
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
   data    describe a federation: lightning-fed data describe --data CLASS_PATH [--output FILE.parquet]
 
@@ -117,15 +118,34 @@ def _build_federation(init: Any, fabric: Any) -> Any:
         _fail(str(err))
 
 
+def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
+    """``--resume DIR`` becomes ``--config DIR/config.yaml`` (later options still override it)."""
+    for i, arg in enumerate(argv):
+        if arg == "--resume" or arg.startswith("--resume="):
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            rest = argv[:i] + argv[i + (1 if "=" in arg else 2) :]
+            run_dir = Path(value)
+            for needed in ("config.yaml", "checkpoint.pt"):
+                if not (run_dir / needed).is_file():
+                    _fail(
+                        f"--resume {run_dir}: no {needed} there (set output.checkpoint_every >= 1)"
+                    )
+            if (run_dir / "summary.json").exists():
+                _fail(f"--resume {run_dir}: the run already finished (summary.json exists)")
+            return ["--config", str(run_dir / "config.yaml"), *rest], run_dir
+    return argv, None
+
+
 def fit(argv: Sequence[str]) -> dict[str, Any]:
     """``lightning-fed fit``: validate the config, build everything, then train and write the run dir.
 
     Nothing is written until the config, the data and the federation have been built without error.
     """
+    argv, resume = _resume_argv(list(argv))
     parser = fit_parser()
-    cfg = parser.parse_args(list(argv))
+    cfg = parser.parse_args(argv)
     init = _instantiate(parser, cfg)
-    run_dir = _run_dir(init.output, init.algorithm, init.seed)
+    run_dir = resume if resume is not None else _run_dir(init.output, init.algorithm, init.seed)
 
     from lightning_fed.callbacks import Checkpoint, ProgressBar, RoundsWriter
     from lightning_fed.io import write_json, write_text
@@ -133,17 +153,22 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     dumped = cfg.clone()
     dumped.pop("config", None)
     dumped.output.name = run_dir.name
+    extra = list(init.callbacks or [])
+    checkpoint = Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every, stateful=extra)
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
-        Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every),
-        *(init.callbacks or []),
+        checkpoint,
     ]
     loggers = init.logger.build(run_dir, dumped.as_dict())
-    fabric = init.fabric.build(callbacks, loggers)
+    fabric = init.fabric.build([*callbacks, *extra], loggers)
     federation = _build_federation(init, fabric)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_text(run_dir / "config.yaml", parser.dump(dumped, skip_none=False))
+    if resume is not None:
+        start = checkpoint.restore(federation)
+        print(f"lightning-fed: resuming {run_dir} from round {start}")
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_text(run_dir / "config.yaml", parser.dump(dumped, skip_none=False))
     print(
         f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "
         f"{init.trainer.rounds} rounds -> {run_dir}"
@@ -176,16 +201,16 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
         if not (run_dir / needed).is_file():
             _fail(f"--run-dir {run_dir}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
 
-    import torch
     from lightning.fabric import Fabric
 
+    from lightning_fed.callbacks import Checkpoint
     from lightning_fed.io import write_json
 
     parser = fit_parser()
     cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
     init = _instantiate(parser, cfg)
     federation = _build_federation(init, Fabric(accelerator="cpu", devices=1))
-    federation.load_state_dict(torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=False))
+    Checkpoint(run_dir / "checkpoint.pt").restore(federation)
     summary = federation.summary()
     write_json(run_dir / "test.json", summary)
     print(

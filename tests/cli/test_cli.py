@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from lightning_fed.callbacks import Callback
 from lightning_fed.cli import main
 
 TINY = [
@@ -176,3 +179,64 @@ def test_data_describe_prints_and_saves_the_per_center_table(
     assert {"center", "n_train", "pos_rate_train", "missing_share", "v0", "v14"} <= set(table.columns)
     assert int((table["n_train"] + table["n_val"] + table["n_test"]).sum()) == 900
     assert "6 centers, 900 rows" in capsys.readouterr().out
+
+
+class KillAt(Callback):
+    """Kill the process with SIGKILL at the end of a round (after that round's checkpoint)."""
+
+    def __init__(self, round: int = 2) -> None:
+        self.round = round
+
+    def on_round_end(self, federation, result) -> None:
+        if result.round == self.round:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+ABPS_RUN = [
+    "--config",
+    str(Path(__file__).resolve().parents[2] / "configs" / "abps_x.yaml"),
+    "--data.init_args.num_centers=12",
+    "--data.init_args.num_stays=2400",
+    "--trainer.rounds=6",
+    "--output.checkpoint_every=1",
+    "--logger.enabled=false",
+    "--output.progress_bar=false",
+]
+
+
+def test_resume_after_sigkill_gives_the_uninterrupted_result(tmp_path: Path) -> None:
+    """ABPS-X (posteriors, momentum, early stopping, bf16 ledger) killed after round 2 and resumed
+    ends with the same metrics, bytes, partners and per-round table as an uninterrupted run."""
+    main(["fit", *ABPS_RUN, f"--output.root={tmp_path}", "--output.name=straight"])
+    root = Path(__file__).resolve().parents[2]
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "lightning_fed.cli",
+            "fit",
+            *ABPS_RUN,
+            f"--output.root={tmp_path}",
+            "--output.name=killed",
+            "--callbacks+=tests.cli.test_cli.KillAt",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (tmp_path / "killed" / "summary.json").exists()
+    main(["fit", "--resume", str(tmp_path / "killed")])
+    a = json.loads((tmp_path / "straight" / "summary.json").read_text())
+    b = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    for key in ("test_auroc_mean", "val_auroc_mean", "total_bytes", "rounds", "best_round", "mean_partners"):
+        assert a[key] == b[key], key
+    ra = pl.read_parquet(tmp_path / "straight" / "rounds.parquet").drop(pl.selectors.starts_with("seconds_"))
+    rb = pl.read_parquet(tmp_path / "killed" / "rounds.parquet").drop(pl.selectors.starts_with("seconds_"))
+    assert ra.equals(rb)
+
+
+def test_resume_refuses_a_finished_or_missing_run(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", "--resume", str(tmp_path)])
+    assert "no config.yaml" in capsys.readouterr().err
