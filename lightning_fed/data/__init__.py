@@ -2,18 +2,26 @@
 
 from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import CenterData, FederatedData, PooledTable, build_federation
+from lightning_fed.data.charlson import charlson_flags
+from lightning_fed.data.eicu import EICU
+from lightning_fed.data.mimic import MimicIV
 from lightning_fed.data.partition import IID, Dirichlet, Natural, Partitioner
 from lightning_fed.data.synthetic import SyntheticICU
+from lightning_fed.data.tabular import Tabular
 
 __all__ = [
+    "EICU",
     "IID",
     "CenterData",
     "DataSource",
     "Dirichlet",
     "FederatedData",
+    "MimicIV",
     "Natural",
     "Partitioner",
     "PooledTable",
     "SyntheticICU",
+    "Tabular",
     "build_federation",
+    "charlson_flags",
 ]

@@ -22,8 +22,8 @@ from torch import Tensor
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
-    "MISSING_SUFFIX",
     "METADATA_BASE_DIM",
+    "MISSING_SUFFIX",
     "CenterData",
     "FederatedData",
     "PooledTable",

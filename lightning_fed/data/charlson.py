@@ -203,7 +203,11 @@ def charlson_flags(
     """
     lazy = codes.lazy() if isinstance(codes, pl.DataFrame) else codes
     have = lazy.collect_schema().names()
-    for name, col in (("id_column", id_column), ("code_column", code_column), ("version_column", version_column)):
+    for name, col in (
+        ("id_column", id_column),
+        ("code_column", code_column),
+        ("version_column", version_column),
+    ):
         if col not in have:
             raise ValueError(f"charlson_flags: {name}={col!r} is not a column of codes (columns: {have})")
     code = pl.col(code_column).cast(pl.Utf8).str.replace_all(r"[.\s]", "").str.to_uppercase()

@@ -1,0 +1,254 @@
+"""Any table as a federation: one center per value of a center column (ABPS Sec. 6.1).
+
+:class:`Tabular` reads a CSV (``.csv``, ``.csv.gz``) or parquet file with one row per stay, a binary
+label column and one or more center columns, and builds a federation with the same per-center
+treatment as the clinical loaders (:func:`~lightning_fed.data.center.build_federation`: stratified
+split, median imputation and missingness indicators, standardization on each center's own train
+split).
+
+* Features: ``features`` (default every column but the label, center and time columns), in the
+  file's order. Columns in ``categorical`` are one-hot encoded (blank = ``unknown``, levels with
+  fewer than ``rare_count`` rows -> ``other``); every other feature must be numeric (blank = NaN,
+  imputed per center). A numeric column whose values are all 0/1 is left as it is; any other is
+  standardized per center.
+* Label: 0/1 (or true/false); rows with a missing label are dropped.
+* Centers: the ``center`` column, or several joined with a space. With ``time`` (numeric, e.g. a
+  year) and ``window``, each center is further cut into windows ``[s, s + window - 1]`` with
+  ``s = floor(time / window) * window`` (``"A 2014-2015"``).
+* Year: the ``time`` column feeds the descriptor's mean-year entry (0 without a time column).
+* Charlson prevalences: the features named like :data:`~lightning_fed.data.charlson.CHARLSON_COLUMNS`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from lightning_fed.data.base import DataSource
+from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.charlson import CHARLSON_COLUMNS
+from lightning_fed.data.encoding import one_hot, to_pooled_table
+from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.validation import check_int
+
+__all__ = ["Tabular"]
+
+_log = logging.getLogger(__name__)
+_SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
+
+
+def _names(value: str | Sequence[str] | None, field: str, allow_empty: bool = True) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not all(isinstance(v, str) for v in value) or (not allow_empty and not value):
+        raise ValueError(f"{field} must be a column name or a list of column names, got {value!r}")
+    return tuple(value)
+
+
+class Tabular(DataSource):
+    """A federation from one table file.
+
+    Args:
+        path: CSV (``.csv`` / ``.csv.gz``) or parquet (``.parquet`` / ``.pq``) file.
+        label: Binary label column.
+        center: Center column, or a list of columns joined with a space.
+        features: Feature columns; ``None`` = every other column.
+        categorical: Feature columns to one-hot encode.
+        time: Optional numeric time column (e.g. admission year).
+        window: Width of the time windows that split each center (needs ``time``); ``None`` = no split.
+        min_center_size: Centers with fewer rows are dropped (>= 0).
+        rare_count: Categorical levels with fewer rows go to ``other`` (>= 1).
+        partitioner: How rows become centers; ``None`` = :class:`Natural` (one per site).
+        seed: If given, fixes the splits regardless of the run seed passed to :meth:`build`.
+
+    Raises:
+        ValueError: On an argument out of range (at :meth:`table` / :meth:`build` also on a column
+            that is missing, non-numeric or a non-binary label).
+        FileNotFoundError: (at :meth:`table` / :meth:`build`) if ``path`` does not exist.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        label: str,
+        center: str | Sequence[str],
+        features: Sequence[str] | None = None,
+        categorical: Sequence[str] = (),
+        time: str | None = None,
+        window: int | None = None,
+        min_center_size: int = 20,
+        rare_count: int = 1,
+        partitioner: Partitioner | None = None,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(path, (str, Path)) or not str(path).lower().endswith(_SUFFIXES):
+            raise ValueError(f"path must be a {'/'.join(_SUFFIXES)} file, got {path!r}")
+        if not isinstance(label, str) or not label:
+            raise ValueError(f"label must be a column name, got {label!r}")
+        self.path = str(path)
+        self.label = label
+        self.center = _names(center, "center", allow_empty=False)
+        if not self.center:
+            raise ValueError("center must name at least one column")
+        self.features = None if features is None else _names(features, "features")
+        self.categorical = _names(categorical, "categorical")
+        if time is not None and (not isinstance(time, str) or not time):
+            raise ValueError(f"time must be a column name or None, got {time!r}")
+        self.time = time
+        self.window = None if window is None else check_int("window", window, 1)
+        if self.window is not None and self.time is None:
+            raise ValueError("window needs a time column: set time=<column> or window=None")
+        self.min_center_size = check_int("min_center_size", min_center_size, 0)
+        self.rare_count = check_int("rare_count", rare_count, 1)
+        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
+            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
+        self.partitioner = partitioner
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        self.seed = None if seed is None else int(seed)
+
+    def __repr__(self) -> str:
+        return (
+            f"Tabular(path={self.path!r}, label={self.label!r}, center={list(self.center)!r}, "
+            f"features={None if self.features is None else list(self.features)!r}, "
+            f"categorical={list(self.categorical)!r}, time={self.time!r}, window={self.window}, "
+            f"min_center_size={self.min_center_size}, rare_count={self.rare_count}, "
+            f"partitioner={self.partitioner!r}, seed={self.seed})"
+        )
+
+    def _read(self) -> pl.DataFrame:
+        path = Path(self.path)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"Tabular: {self.path!r} not found: set path to an existing CSV or parquet file"
+            )
+        if path.name.lower().endswith((".parquet", ".pq")):
+            return pl.read_parquet(path)
+        return pl.read_csv(path, infer_schema_length=10000, null_values=["", "NA", "NaN", "nan"])
+
+    def table(self, seed: int = 0) -> PooledTable:
+        """The pooled table in raw units (the seed is unused: building the table draws nothing).
+
+        Raises:
+            FileNotFoundError: If the file is missing.
+            ValueError: If a named column is missing, a feature is not numeric, or the label is
+                not binary.
+        """
+        frame = self._read()
+        meta = (self.label, *self.center, *((self.time,) if self.time else ()))
+        for field, cols in (
+            ("label", (self.label,)),
+            ("center", self.center),
+            ("time", (self.time,) if self.time else ()),
+        ):
+            for c in cols:
+                if c not in frame.columns:
+                    raise ValueError(
+                        f"Tabular: {field} column {c!r} not in {self.path!r} (columns: {frame.columns})"
+                    )
+        features = (
+            self.features if self.features is not None else tuple(c for c in frame.columns if c not in meta)
+        )
+        for field, cols in (("features", features), ("categorical", self.categorical)):
+            for c in cols:
+                if c not in frame.columns:
+                    raise ValueError(
+                        f"Tabular: {field} column {c!r} not in {self.path!r} (columns: {frame.columns})"
+                    )
+                if c in meta:
+                    raise ValueError(
+                        f"Tabular: {field} column {c!r} is also the label, a center or the time column"
+                    )
+        extra = set(self.categorical) - set(features)
+        if extra:
+            raise ValueError(f"Tabular: categorical columns {sorted(extra)} are not among the features")
+
+        n_all = frame.height
+        frame = frame.filter(pl.col(self.label).is_not_null())
+        if frame.height < n_all:
+            _log.warning("Tabular: dropped %d rows without a label %r", n_all - frame.height, self.label)
+        y = frame[self.label]
+        if y.dtype == pl.Boolean:
+            y = y.cast(pl.Int64)
+        try:
+            y = y.cast(pl.Float64)
+        except pl.exceptions.PolarsError as err:
+            raise ValueError(
+                f"Tabular: label column {self.label!r} must be 0/1, got dtype {y.dtype}"
+            ) from err
+        if not y.is_in([0.0, 1.0]).all():
+            bad = sorted(set(y.unique().to_list()) - {0.0, 1.0})[:5]
+            raise ValueError(f"Tabular: label column {self.label!r} must be 0/1, found {bad}")
+        frame = frame.with_columns(y.cast(pl.Int64).alias("_label"))
+
+        numeric = [c for c in features if c not in self.categorical]
+        for c in numeric:
+            try:
+                frame = frame.with_columns(pl.col(c).cast(pl.Float64, strict=True))
+            except pl.exceptions.PolarsError as err:
+                raise ValueError(
+                    f"Tabular: feature {c!r} is not numeric (dtype {frame[c].dtype}): list it in categorical"
+                ) from err
+        if self.time is not None:
+            try:
+                frame = frame.with_columns(pl.col(self.time).cast(pl.Float64, strict=True).alias("_year"))
+            except pl.exceptions.PolarsError as err:
+                raise ValueError(f"Tabular: time column {self.time!r} must be numeric (e.g. a year)") from err
+            if frame["_year"].is_null().any() or frame["_year"].is_nan().any():
+                raise ValueError(
+                    f"Tabular: time column {self.time!r} has missing values: fill or drop those rows"
+                )
+        else:
+            frame = frame.with_columns(pl.lit(0.0).alias("_year"))
+
+        site = pl.concat_str(
+            [pl.col(c).cast(pl.Utf8).fill_null("unknown") for c in self.center], separator=" "
+        )
+        if self.window is not None:
+            start = (pl.col("_year") / self.window).floor().cast(pl.Int64) * self.window
+            site = pl.format("{} {}-{}", site, start, start + (self.window - 1))
+        frame = frame.with_columns(site.alias("_site"))
+
+        names: list[str] = []
+        continuous: list[str] = []
+        for c in features:
+            if c in self.categorical:
+                frame, cols = one_hot(frame, c, c, min_count=self.rare_count)
+                names += cols
+            else:
+                names.append(c)
+                values = frame[c].drop_nulls().drop_nans()
+                if not values.is_in([0.0, 1.0]).all():
+                    continuous.append(c)
+        return to_pooled_table(
+            frame,
+            features=names,
+            continuous=continuous,
+            label="_label",
+            year="_year",
+            site="_site",
+            charlson_columns=[c for c in CHARLSON_COLUMNS if c in names],
+        )
+
+    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
+        """Read the table and turn it into a federation.
+
+        Args:
+            seed: Run seed (overridden by ``self.seed`` when set); splits draw from it.
+            split: Train/val/test fractions per center.
+
+        Returns:
+            The federation; ``dropped_centers`` lists centers below ``min_center_size``.
+        """
+        seed = int(self.seed if self.seed is not None else seed)
+        table = self.table(seed)
+        partitioner = self.partitioner if self.partitioner is not None else Natural()
+        return build_federation(
+            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
+        )

@@ -1,0 +1,104 @@
+"""Tabular: a federation from a CSV / parquet file the test writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from lightning_fed.data.tabular import Tabular
+
+
+def _frame(n: int = 60) -> pl.DataFrame:
+    rng = np.random.default_rng(0)
+    hr = rng.normal(85, 12, n)
+    hr[::7] = np.nan
+    return pl.DataFrame(
+        {
+            "hospital": np.where(np.arange(n) < 40, "A", "B"),
+            "unit": np.where(np.arange(n) % 2 == 0, "MICU", "SICU"),
+            "year": 2014 + (np.arange(n) % 4),
+            "age": rng.integers(20, 90, n).astype(float),
+            "hr": hr,
+            "sex": np.where(rng.random(n) < 0.5, "F", "M"),
+            "charlson_chf": (rng.random(n) < 0.3).astype(int),
+            "died": np.tile([0, 0, 0, 1], n // 4),
+        }
+    )
+
+
+@pytest.fixture
+def csv(tmp_path):
+    path = tmp_path / "cohort.csv"
+    _frame().write_csv(path)
+    return path
+
+
+def test_basic_federation(csv):
+    source = Tabular(
+        str(csv), label="died", center="hospital", categorical=["sex", "unit"], time="year", min_center_size=0
+    )
+    table = source.table()
+    assert table.feature_names == (
+        "unit_MICU",
+        "unit_SICU",
+        "age",
+        "hr",
+        "sex_F",
+        "sex_M",
+        "charlson_chf",
+    )
+    assert [n for n, c in zip(table.feature_names, table.continuous, strict=True) if c] == ["age", "hr"]
+    assert table.charlson_columns == ("charlson_chf",)
+    assert sorted(set(table.site)) == ["A", "B"]
+    np.testing.assert_array_equal(table.year, 2014 + (np.arange(60) % 4))
+    fed = source.build(0)
+    assert [c.name for c in fed.centers] == ["A", "B"]
+    assert fed.feature_names[-1] == "hr_missing"
+    assert all(not torch.isnan(c.x_train).any() for c in fed.centers)
+    assert fed.centers[0].n_train + len(fed.centers[0].y_val) + len(fed.centers[0].y_test) == 40
+    again = source.build(0)
+    assert torch.equal(fed.centers[1].x_train, again.centers[1].x_train)
+
+
+def test_multi_column_centers_windows_and_parquet(tmp_path):
+    path = tmp_path / "cohort.parquet"
+    _frame().write_parquet(path)
+    source = Tabular(
+        str(path),
+        label="died",
+        center=["hospital", "unit"],
+        features=["age", "hr"],
+        time="year",
+        window=2,
+        min_center_size=8,
+    )
+    table = source.table()
+    assert table.feature_names == ("age", "hr")
+    assert sorted(set(table.site)) == [
+        "A MICU 2014-2015", "A MICU 2016-2017", "A SICU 2014-2015", "A SICU 2016-2017",
+        "B MICU 2014-2015", "B MICU 2016-2017", "B SICU 2014-2015", "B SICU 2016-2017",
+    ]  # fmt: skip
+    fed = source.build(0)
+    # hospital A: 10 rows per (unit, window), kept; B: 5 rows each, dropped
+    assert [c.name[0] for c in fed.centers] == ["A"] * 4
+    assert len(fed.dropped_centers) == 4 and all(name.startswith("B") for name in fed.dropped_centers)
+
+
+def test_errors(csv, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"missing\.csv"):
+        Tabular(str(tmp_path / "missing.csv"), label="died", center="hospital").build(0)
+    with pytest.raises(ValueError, match="path"):
+        Tabular(str(tmp_path / "x.txt"), label="died", center="hospital")
+    with pytest.raises(ValueError, match="window needs a time"):
+        Tabular(str(csv), label="died", center="hospital", window=2)
+    with pytest.raises(ValueError, match="'ward'"):
+        Tabular(str(csv), label="died", center="ward").table()
+    with pytest.raises(ValueError, match="'sex' is not numeric"):
+        Tabular(str(csv), label="died", center="hospital", categorical=["unit"]).table()
+    with pytest.raises(ValueError, match="label column 'age' must be 0/1"):
+        Tabular(str(csv), label="age", center="hospital", categorical=["sex", "unit"]).table()
+    with pytest.raises(ValueError, match="single class"):
+        pl.DataFrame({"h": ["A"] * 10, "x": np.arange(10.0), "y": [0] * 10}).write_csv(tmp_path / "one.csv")
+        Tabular(str(tmp_path / "one.csv"), label="y", center="h", min_center_size=0).build(0)
