@@ -136,19 +136,42 @@ def test_data_that_cannot_be_split_fails_before_writing(
     assert not any(tmp_path.iterdir())
 
 
-CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared" / "data"
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+#: Configs on real data: the overrides that make them small, and the folder they need.
+REAL_DATA = {
+    "eicu": (
+        [
+            f"--data.root={SHARED / 'eicu-crd-demo-2.0.1'}",
+            "--data.partitioner=lightning_fed.data.IID",
+            "--data.partitioner.num_centers=4",
+        ],
+        SHARED / "eicu-crd-demo-2.0.1",
+    ),
+    "mimic_abps": (
+        [f"--data.root={SHARED / 'mimic-iv-demo-2.2'}", "--data.window_years=100", "--data.cache_dir=null"],
+        SHARED / "mimic-iv-demo-2.2",
+    ),
+}
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_preset_runs_on_a_tiny_federation(tmp_path: Path, config: Path) -> None:
-    """Each shipped config parses and runs end to end (shrunk to 10 centers and 2 rounds)."""
+    """Each shipped config parses and runs end to end (synthetic ones shrunk to 10 centers, 2 rounds;
+    real-data ones on the demos in ../shared/data, skipped when absent)."""
+    if config.stem in REAL_DATA:
+        overrides, needed = REAL_DATA[config.stem]
+        if not needed.is_dir():
+            pytest.skip(f"{needed} is absent (real data lives beside the repository, never in it)")
+    else:
+        overrides = ["--data.init_args.num_centers=10", "--data.init_args.num_stays=1500"]
     main(
         [
             "fit",
             "--config",
             str(config),
-            "--data.init_args.num_centers=10",
-            "--data.init_args.num_stays=1500",
+            *overrides,
             "--trainer.rounds=2",
             "--logger.enabled=false",
             "--output.progress_bar=false",
@@ -157,28 +180,7 @@ def test_every_preset_runs_on_a_tiny_federation(tmp_path: Path, config: Path) ->
         ]
     )
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["rounds"] >= 1 and summary["num_centers"] == 10
-
-
-def test_data_describe_prints_and_saves_the_per_center_table(
-    tmp_path: Path, capsys: pytest.CaptureFixture
-) -> None:
-    out = tmp_path / "centers.parquet"
-    main(
-        [
-            "data",
-            "describe",
-            "--data.init_args.num_centers=6",
-            "--data.init_args.num_stays=900",
-            "--save",
-            str(out),
-        ]
-    )
-    table = pl.read_parquet(out)
-    assert table.shape[0] == 6
-    assert {"center", "n_train", "pos_rate_train", "missing_share", "v0", "v14"} <= set(table.columns)
-    assert int((table["n_train"] + table["n_val"] + table["n_test"]).sum()) == 900
-    assert "6 centers, 900 rows" in capsys.readouterr().out
+    assert summary["rounds"] >= 1 and summary["num_centers"] >= 2
 
 
 class KillAt(Callback):
