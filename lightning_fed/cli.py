@@ -127,9 +127,7 @@ def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
             run_dir = Path(value)
             for needed in ("config.yaml", "checkpoint.pt"):
                 if not (run_dir / needed).is_file():
-                    _fail(
-                        f"--resume {run_dir}: no {needed} there (set output.checkpoint_every >= 1)"
-                    )
+                    _fail(f"--resume {run_dir}: no {needed} there (set output.checkpoint_every >= 1)")
             if (run_dir / "summary.json").exists():
                 _fail(f"--resume {run_dir}: the run already finished (summary.json exists)")
             return ["--config", str(run_dir / "config.yaml"), *rest], run_dir

@@ -296,17 +296,27 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
     """The same centers with features standardized by the *pooled* train statistics.
 
     What the data would look like if it could be pooled (the Centralized reference): each center's
-    rows are mapped back to raw units with its own train mean/std, then every column that was
-    standardized is standardized with the mean/std of all centers' train rows together. Centers
-    without recorded statistics (``feature_mean is None``) are returned unchanged.
+    rows are mapped back to raw units with its own train mean/std, values the center imputed (its
+    ``*_missing`` indicator is 1) are imputed again with the pooled train median, and every column
+    that was standardized is standardized with the mean/std of all centers' train rows together.
+    Centers without recorded statistics (``feature_mean is None``) are returned unchanged.
     """
     if any(c.feature_mean is None or c.feature_std is None for c in data.centers):
         return data
 
+    names = data.feature_names
+    gaps = [(j, names.index(n + MISSING_SUFFIX)) for j, n in enumerate(names) if n + MISSING_SUFFIX in names]
+
     def raw(c: CenterData, x: Tensor) -> Tensor:
-        return x.double() * c.feature_std + c.feature_mean
+        """Raw units; values the center imputed are NaN again (re-imputed from pooled rows below)."""
+        out = x.double() * c.feature_std + c.feature_mean
+        for j, indicator in gaps:
+            out[:, j] = torch.where(x[:, indicator] > 0.5, torch.nan, out[:, j])
+        return out
 
     train = torch.cat([raw(c, c.x_train) for c in data.centers])
+    fill = torch.nan_to_num(train.nanmedian(0).values, nan=0.0)  # pooled imputation, as a pooled cohort would
+    train = torch.where(torch.isnan(train), fill, train)
     scaled = torch.stack([c.feature_std != 1.0 for c in data.centers]).any(0) | torch.stack(
         [c.feature_mean != 0.0 for c in data.centers]
     ).any(0)
@@ -315,7 +325,8 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
     std = torch.where(std > 1e-12, std, torch.ones_like(std))
 
     def pooled(c: CenterData, x: Tensor) -> Tensor:
-        return ((raw(c, x) - mean) / std).to(x.dtype)
+        values = raw(c, x)
+        return ((torch.where(torch.isnan(values), fill, values) - mean) / std).to(x.dtype)
 
     centers = tuple(
         CenterData(

@@ -156,3 +156,26 @@ def test_parquet_cache_reused(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.nan_to_num(first.x, nan=-1), np.nan_to_num(second.x, nan=-1))
     assert first.feature_names == second.feature_names and (first.site == second.site).all()
     assert MimicIV(str(ROOT), cache_dir=str(cache), min_age=30)._cache_file() != files[0]  # other key
+
+
+@needs_data
+def test_demo_charlson_flags_agree_with_hand_checked_admissions():
+    """Admissions looked up by hand in the demo's hosp/diagnoses_icd: 24181354 has ICD-9 4280 (CHF),
+    24540843 ICD-10 I5023 (CHF), 20755971 ICD-9 5715 (chronic liver disease), 22342963 ICD-10 E119
+    (diabetes), 28829452 ICD-10 C3490 (lung cancer: malignancy)."""
+    from lightning_fed.data.charlson import charlson_flags
+
+    expected = {
+        24181354: "charlson_chf",
+        24540843: "charlson_chf",
+        20755971: "charlson_liver",
+        22342963: "charlson_diabetes",
+        28829452: "charlson_malignancy",
+    }
+    codes = pl.read_csv(ROOT / "hosp" / "diagnoses_icd.csv.gz", infer_schema_length=0).filter(
+        pl.col("hadm_id").cast(pl.Int64).is_in(list(expected))
+    )
+    flags = charlson_flags(codes.with_columns(pl.col("hadm_id").cast(pl.Int64)))
+    for hadm, column in expected.items():
+        row = flags.filter(pl.col("hadm_id") == hadm)
+        assert row.height == 1 and row[column].item() == 1, (hadm, column)
