@@ -1,12 +1,21 @@
-"""The data-source interface: anything that builds a :class:`FederatedData` from a seed."""
+"""Data-source interfaces: anything that builds a :class:`FederatedData` from a seed.
+
+Most sources produce one pooled table in raw units that a partitioner splits into centers
+(:class:`TableSource`); they share the seed override, the partitioner and the minimum center size
+here, and implement only :meth:`TableSource.table`.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
-from lightning_fed.data.center import FederatedData
+import numpy as np
 
-__all__ = ["DataSource"]
+from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.partition import Natural, Partitioner
+
+__all__ = ["DataSource", "TableSource"]
 
 
 class DataSource(ABC):
@@ -15,3 +24,54 @@ class DataSource(ABC):
     @abstractmethod
     def build(self, seed: int) -> FederatedData:
         """Build the federation; every random draw derives from ``seed``."""
+
+
+class TableSource(DataSource):
+    """A source whose rows form one pooled table, split into centers by a partitioner.
+
+    Subclasses call :meth:`_set_common` from ``__init__`` and implement :meth:`table`.
+    """
+
+    partitioner: Partitioner | None = None
+    seed: int | None = None
+    min_center_size: int = 0
+
+    def _set_common(
+        self, partitioner: Partitioner | None, seed: int | None, min_center_size: int = 0
+    ) -> None:
+        """Validate and store the settings every table source has."""
+        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
+            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an integer or None, got {seed!r}")
+        self.partitioner, self.seed, self.min_center_size = (
+            partitioner,
+            None if seed is None else int(seed),
+            min_center_size,
+        )
+
+    def effective_seed(self, seed: int) -> int:
+        """``self.seed`` when set (fixes the data while training seeds vary), else the run seed."""
+        return int(self.seed if self.seed is not None else seed)
+
+    @abstractmethod
+    def table(self, seed: int) -> PooledTable:
+        """The pooled rows in raw units, with their natural sites."""
+
+    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
+        """Table -> partitioner groups (default: :class:`Natural`, one center per site) -> centers.
+
+        Args:
+            seed: Run seed (overridden by ``self.seed`` when set); the data, the partition and the
+                splits draw from it.
+            split: Train/val/test fractions per center.
+
+        Returns:
+            The federation; ``dropped_centers`` lists centers below ``min_center_size``.
+        """
+        seed = self.effective_seed(seed)
+        table = self.table(seed)
+        partitioner = self.partitioner if self.partitioner is not None else Natural()
+        return build_federation(
+            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
+        )

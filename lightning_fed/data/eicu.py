@@ -50,17 +50,15 @@ Year
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.base import TableSource
+from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS, charlson_flags
 from lightning_fed.data.encoding import one_hot, to_pooled_table
-from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.data.partition import Partitioner
 from lightning_fed.data.vitals import VITAL_COLUMNS, summarize_vitals
 from lightning_fed.validation import check_int
 
@@ -136,7 +134,7 @@ def _num(col: str) -> pl.Expr:
     return pl.col(col).cast(pl.Float64, strict=False)
 
 
-class EICU(DataSource):
+class EICU(TableSource):
     """eICU-CRD in-hospital mortality, one center per hospital (or hospital x unit type).
 
     Args:
@@ -169,12 +167,7 @@ class EICU(DataSource):
         self.center = center
         self.min_center_size = check_int("min_center_size", min_center_size, 0)
         self.rare_count = check_int("rare_count", rare_count, 1)
-        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
-            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
-        self.partitioner = partitioner
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self._set_common(partitioner, seed, self.min_center_size)
 
     def __repr__(self) -> str:
         return (
@@ -370,21 +363,4 @@ class EICU(DataSource):
             site="site",
             charlson_columns=CHARLSON_COLUMNS,
             attributes=attrs,
-        )
-
-    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
-        """Read the cohort and turn it into a federation.
-
-        Args:
-            seed: Run seed (overridden by ``self.seed`` when set); splits draw from it.
-            split: Train/val/test fractions per center.
-
-        Returns:
-            The federation; ``dropped_centers`` lists hospitals below ``min_center_size``.
-        """
-        seed = int(self.seed if self.seed is not None else seed)
-        table = self.table(seed)
-        partitioner = self.partitioner if self.partitioner is not None else Natural()
-        return build_federation(
-            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
         )

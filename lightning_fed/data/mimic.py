@@ -41,14 +41,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.base import TableSource
+from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS, charlson_flags
 from lightning_fed.data.encoding import one_hot, to_pooled_table
-from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.data.partition import Partitioner
 from lightning_fed.data.vitals import VITAL_COLUMNS, summarize_vitals
 from lightning_fed.io import atomic_path
 from lightning_fed.validation import check_int
@@ -110,7 +109,7 @@ def _scan(path: Path) -> pl.LazyFrame:
     return pl.scan_csv(path, infer_schema_length=0, null_values=[""])
 
 
-class MimicIV(DataSource):
+class MimicIV(TableSource):
     """MIMIC-IV in-hospital mortality, centers = care unit x ``window_years`` window.
 
     Args:
@@ -158,12 +157,7 @@ class MimicIV(DataSource):
         if cache_dir is not None and (not isinstance(cache_dir, (str, Path)) or not str(cache_dir)):
             raise ValueError(f"cache_dir must be a folder path or None, got {cache_dir!r}")
         self.cache_dir = None if cache_dir is None else str(cache_dir)
-        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
-            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
-        self.partitioner = partitioner
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self._set_common(partitioner, seed, self.min_center_size)
 
     def __repr__(self) -> str:
         return (
@@ -377,21 +371,4 @@ class MimicIV(DataSource):
             site="site",
             charlson_columns=CHARLSON_COLUMNS,
             attributes=attrs,
-        )
-
-    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
-        """Read the cohort and turn it into a federation.
-
-        Args:
-            seed: Run seed (overridden by ``self.seed`` when set); splits draw from it.
-            split: Train/val/test fractions per center.
-
-        Returns:
-            The federation; ``dropped_centers`` lists centers below ``min_center_size``.
-        """
-        seed = int(self.seed if self.seed is not None else seed)
-        table = self.table(seed)
-        partitioner = self.partitioner if self.partitioner is not None else Natural()
-        return build_federation(
-            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
         )

@@ -85,13 +85,12 @@ Every draw comes from ``numpy_rng(seed, "synthetic", ...)``: the same seed gives
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 import numpy as np
 
-from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import FederatedData, PooledTable, build_federation
-from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.data.base import TableSource
+from lightning_fed.data.center import PooledTable
+from lightning_fed.data.partition import Partitioner
 from lightning_fed.seeding import numpy_rng
 from lightning_fed.validation import check_int, check_number
 
@@ -373,7 +372,7 @@ def _walk(rng: np.random.Generator, dim: int) -> np.ndarray:
     return walk - walk.mean(axis=0)
 
 
-class SyntheticICU(DataSource):
+class SyntheticICU(TableSource):
     """FedProx-Synthetic(alpha, beta) ICU federation with a binary mortality label.
 
     See the module docstring for the generative model. Sites are care unit x 2-year window
@@ -448,12 +447,7 @@ class SyntheticICU(DataSource):
         self.feature_shift = check_number("feature_shift", feature_shift, 0.0, strict=False)
         self.concept_shift = check_number("concept_shift", concept_shift, 0.0, strict=False)
         self.unit_nonlinearity = check_number("unit_nonlinearity", unit_nonlinearity, 0.0, strict=False)
-        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
-            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
-        self.partitioner = partitioner
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self._set_common(partitioner, seed)
 
     def __repr__(self) -> str:
         return (
@@ -480,9 +474,6 @@ class SyntheticICU(DataSource):
             windows += idx
         return np.asarray(units), np.asarray(windows)
 
-    def _run_seed(self, seed: int) -> int:
-        return int(self.seed if self.seed is not None else seed)
-
     # ------------------------------------------------------------------ generation
     def table(self, seed: int) -> PooledTable:
         """Generate the pooled cohort in raw units.
@@ -494,7 +485,7 @@ class SyntheticICU(DataSource):
             The pooled table; ``site`` is ``"<care unit> <start>-<end>"`` and ``attributes`` gives
             each site's ``care_unit``, ``window_start`` and ``base_rate``.
         """
-        return self._generate(self._run_seed(seed))[0]
+        return self._generate(self.effective_seed(seed))[0]
 
     def _generate(self, seed: int) -> tuple[PooledTable, np.ndarray]:
         """The pooled table and each row's true log-odds of death (for diagnostics)."""
@@ -654,19 +645,3 @@ class SyntheticICU(DataSource):
             attributes=attributes,
         )
         return table, true_logit
-
-    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
-        """Generate the cohort and turn it into a federation.
-
-        Args:
-            seed: Run seed (the data part is overridden by ``self.seed`` when set; splits use
-                the same effective seed).
-            split: Train/val/test fractions per center.
-
-        Returns:
-            ``build_federation(table, partitioner.assign(table, seed), seed)``.
-        """
-        seed = self._run_seed(seed)
-        table = self.table(seed)
-        partitioner = self.partitioner if self.partitioner is not None else Natural()
-        return build_federation(table, partitioner.assign(table, seed), seed, split=split)

@@ -25,14 +25,13 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import FederatedData, PooledTable, build_federation
+from lightning_fed.data.base import TableSource
+from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS
 from lightning_fed.data.encoding import one_hot, to_pooled_table
-from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.data.partition import Partitioner
 from lightning_fed.validation import check_int
 
 __all__ = ["Tabular"]
@@ -51,7 +50,7 @@ def _names(value: str | Sequence[str] | None, field: str, allow_empty: bool = Tr
     return tuple(value)
 
 
-class Tabular(DataSource):
+class Tabular(TableSource):
     """A federation from one table file.
 
     Args:
@@ -106,12 +105,7 @@ class Tabular(DataSource):
             raise ValueError("window needs a time column: set time=<column> or window=None")
         self.min_center_size = check_int("min_center_size", min_center_size, 0)
         self.rare_count = check_int("rare_count", rare_count, 1)
-        if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
-            raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
-        self.partitioner = partitioner
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an integer or None, got {seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self._set_common(partitioner, seed, self.min_center_size)
 
     def __repr__(self) -> str:
         return (
@@ -234,21 +228,4 @@ class Tabular(DataSource):
             year="_year",
             site="_site",
             charlson_columns=[c for c in CHARLSON_COLUMNS if c in names],
-        )
-
-    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
-        """Read the table and turn it into a federation.
-
-        Args:
-            seed: Run seed (overridden by ``self.seed`` when set); splits draw from it.
-            split: Train/val/test fractions per center.
-
-        Returns:
-            The federation; ``dropped_centers`` lists centers below ``min_center_size``.
-        """
-        seed = int(self.seed if self.seed is not None else seed)
-        table = self.table(seed)
-        partitioner = self.partitioner if self.partitioner is not None else Natural()
-        return build_federation(
-            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
         )
