@@ -41,7 +41,7 @@ def fit_parser() -> Any:
 
     from lightning_fed.algorithms import Algorithm, FedAvg
     from lightning_fed.callbacks import Callback
-    from lightning_fed.comm import CommHook, IdentityHook
+    from lightning_fed.comm import CommHook, FaultInjection, IdentityHook
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
     from lightning_fed.models import CenterModule, MortalityMLP
@@ -64,6 +64,13 @@ def fit_parser() -> Any:
         default=None,
         help="extra observer callbacks by class_path, e.g. lightning_fed.callbacks.EarlyStopping",
     )
+    parser.add_argument(
+        "--faults",
+        type=FaultInjection | None,
+        default=None,
+        help="fault injection: {unavailable: {round: [centers]}, corrupt: {round: {center: nan|inf|huge}}, "
+        "dropout: {center: round}}",
+    )
     return parser
 
 
@@ -72,12 +79,22 @@ def _fail(message: str) -> None:
     raise SystemExit(2)
 
 
+def _one_line(message: str) -> str:
+    """The line that names the setting, out of jsonargparse's multi-line Union report."""
+    reasons = [
+        line.strip()[2:]
+        for line in message.splitlines()
+        if line.strip().startswith("- ") and "Expected a <class 'NoneType'>" not in line
+    ]
+    return reasons[0] if message.startswith("Does not validate") and reasons else message
+
+
 def _instantiate(parser: Any, cfg: Any) -> Any:
     """Instantiate every group, turning constructor errors into one clear line."""
     try:
         return parser.instantiate_classes(cfg)
     except (ValueError, TypeError, FileNotFoundError) as err:
-        _fail(str(err))
+        _fail(_one_line(str(err)))
 
 
 def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
@@ -110,7 +127,7 @@ def _build_federation(init: Any, fabric: Any) -> Any:
 
     try:
         data = init.data.build(init.seed)
-        wire = Wire(hook=init.comm)
+        wire = Wire(hook=init.comm, faults=init.get("faults"))
         return Federation(
             data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed, wire=wire
         )
@@ -162,6 +179,8 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     fabric = init.fabric.build([*callbacks, *extra], loggers)
     federation = _build_federation(init, fabric)
     if resume is not None:
+        for stale in run_dir.glob(".*.tmp"):  # half-written files of the killed run (never renamed)
+            stale.unlink()
         start = checkpoint.restore(federation)
         print(f"lightning-fed: resuming {run_dir} from round {start}")
     else:

@@ -83,6 +83,8 @@ class Federation:
         self.last_result: RoundResult | None = None
         #: Extra summary entries observers contribute (e.g. early stopping's best round).
         self.summary_extras: dict[str, Any] = {}
+        #: Center-rounds whose local training diverged and was rolled back.
+        self.diverged_total = 0
         self._setup()
 
     def _setup(self) -> None:
@@ -94,6 +96,8 @@ class Federation:
                 if hasattr(layer, "reset_parameters"):
                     layer.reset_parameters()
         self.module.to(self.fabric.device, self.dtype)
+        if self.wire.faults is not None:
+            self.wire.faults.check(self.data.num_centers)
         self.algorithm.setup(self.data, self.module, self.seed)
         groups = self.algorithm.train_groups(self.data)
         self.assignment = torch.empty(self.data.num_centers, dtype=torch.int64)
@@ -197,6 +201,7 @@ class Federation:
             "seconds_train": t1 - t0,
             "seconds_aggregate": t2 - t1,
             "seconds_eval": t3 - t2,
+            **self._fault_stats(r),
             **self.algorithm.round_stats(),
         }
         return RoundResult(
@@ -211,6 +216,17 @@ class Federation:
             stats=stats,
         )
 
+    def _fault_stats(self, r: int) -> dict[str, float]:
+        """This round's faults and defences: unavailable centers, rejected payloads, diverged centers."""
+        diverged = getattr(self.engine, "last_diverged", None)
+        n_diverged = int(diverged.sum()) if diverged is not None else 0
+        self.diverged_total += n_diverged
+        return {
+            "unavailable_centers": int((~self.wire.available(r, self.data.num_centers)).sum()),
+            "rejected_payloads": self.wire.rejected_in(r),
+            "diverged_centers": n_diverged,
+        }
+
     @staticmethod
     def _round_scalars(result: RoundResult) -> dict[str, float]:
         val, test = summarize(result.val_auroc), summarize(result.test_auroc)
@@ -220,7 +236,7 @@ class Federation:
             "val_auroc_std": val.std,
             "test_auroc_mean": test.mean,
             "test_auroc_std": test.std,
-            "train_loss_mean": float(result.train_loss.mean()),
+            "train_loss_mean": float(result.train_loss.nanmean()),
             "bytes_round": result.bytes_round,
             "mb_cumulative": result.bytes_cumulative / 1e6,
             **result.stats,
@@ -248,6 +264,8 @@ class Federation:
             "shared_parameters": self.num_shared_parameters,
             "seed": self.seed,
             "wall_seconds": wall_seconds,
+            "rejected_payloads": self.wire.rejected_total(),
+            "diverged_center_rounds": self.diverged_total,
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }
@@ -259,6 +277,7 @@ class Federation:
             "engine": self.engine.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
+            "faults": {"rejected": dict(self.wire.rejected), "diverged": self.diverged_total},
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -267,3 +286,6 @@ class Federation:
         self.engine.load_state_dict(state["engine"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.wire.ledger.load_state_dict(state["ledger"])
+        faults = state.get("faults", {})
+        self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}
+        self.diverged_total = int(faults.get("diverged", 0))

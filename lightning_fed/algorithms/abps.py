@@ -17,6 +17,16 @@ wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the byt
 update (``m_i <- beta m_i + (1 - beta) Delta_i``, ``theta_i <- theta_i + m_i``, applied to centers
 that exchanged). When a goal filter is configured, every center publishes its metadata
 descriptor once (round 0) to the directory, booked on the ledger.
+
+Faults (:mod:`lightning_fed.comm.faults`): a center that is not :meth:`Wire.available
+<lightning_fed.comm.wire.Wire.available>` in a round is no candidate of anyone that round: it
+neither proposes nor accepts, sends and receives nothing, keeps its parameters and gets no Shapley
+observation (it counts as resting in the rest statistics). Every received payload is validated by
+its receiver (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`, reference: the receiver's
+own shared parameters); a rejected one is left out of the receiver's average (it averages itself and
+its accepted partners only) and out of its Shapley credit, and its bytes stay on the ledger. A
+descriptor that does not arrive at publication (sender unavailable in round 0, or rejected) leaves
+that center out of every candidate set for the run.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.models.base import CenterModule
+from lightning_fed.privacy import GaussianMechanism, noisy_descriptors
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.selector import BayesianSelector
 from lightning_fed.types import RoundContext
@@ -54,6 +65,8 @@ class ABPS(Algorithm):
         shapley: Shapley credit settings (exact up to ``exact_max`` partners, else TMC).
         personal_layers: Head layers kept local (extension P: 1 or 2; 0 shares everything).
         momentum: EMA weight beta on each center's aggregated update (0 disables; ABPS-X: 0.5).
+        privacy: Gaussian-mechanism differential privacy on the published metadata descriptors
+            (:class:`~lightning_fed.privacy.GaussianMechanism`); None publishes them exact.
     """
 
     def __init__(
@@ -62,6 +75,7 @@ class ABPS(Algorithm):
         shapley: ShapleyCredit | None = None,
         personal_layers: int = 0,
         momentum: float = 0.0,
+        privacy: GaussianMechanism | None = None,
     ) -> None:
         super().__init__(personal_layers)
         if not 0.0 <= momentum < 1.0:
@@ -69,6 +83,7 @@ class ABPS(Algorithm):
         self.selector = selector if selector is not None else BayesianSelector()
         self.credit = shapley if shapley is not None else ShapleyCredit()
         self.momentum = float(momentum)
+        self.privacy = privacy
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
@@ -86,17 +101,37 @@ class ABPS(Algorithm):
     def _publish_metadata(self, wire: Wire, round_idx: int) -> None:
         """Every center sends its descriptor once; candidates come from what arrived."""
         dim = self.selector.filter.metadata_dim
-        sent = {"v": self.metadata[:, :dim].to(torch.float32)}
-        centers = torch.arange(self.num_centers)
-        received = wire.send(sent, centers, torch.full_like(centers, SERVER), round_idx)["v"]
-        self.selector.setup(received.to(torch.float64), self.seed)
+        centers = torch.arange(self.num_centers)[wire.available(round_idx, self.num_centers)]
+        own = self.metadata[:, :dim]
+        if self.privacy is not None:  # each center noises its own descriptor before it leaves
+            own = noisy_descriptors(own, self.n_train, self.privacy, self.seed)
+        sent = {"v": own[centers].to(torch.float32)}
+        received = wire.send(sent, centers, torch.full_like(centers, SERVER), round_idx)
+        arrived = centers[wire.accept(received, None, round_idx)]
+        if len(arrived) == self.num_centers:
+            self.selector.setup(received["v"].to(torch.float64), self.seed)
+        else:
+            meta = torch.zeros(self.num_centers, dim, dtype=torch.float64)
+            meta[arrived] = received["v"][torch.isin(centers, arrived)].to(torch.float64)
+            self.selector.setup(meta, self.seed)
+            candidates = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
+            if len(arrived) > 1:
+                candidates[arrived.unsqueeze(1), arrived] = self.selector.filter.candidates(meta[arrived])
+            self.selector.candidates = candidates
         self.published = True
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
             self._publish_metadata(wire, ctx.round)
         t0 = time.perf_counter()
-        partners = self.selector.select(ctx.round)
+        available = wire.available(ctx.round, self.num_centers)
+        if bool(available.all()):
+            partners = self.selector.select(ctx.round)
+        else:
+            partners = self.selector.select(ctx.round, available=available)
+            partners = [
+                [j for j in ps if available[j]] if available[i] else [] for i, ps in enumerate(partners)
+            ]
         t1 = time.perf_counter()
         src, dst = _edges(partners)
         shared = self.shared(params)
@@ -107,6 +142,15 @@ class ABPS(Algorithm):
         if len(src):
             device = next(iter(shared.values())).device
             received = wire.send({n: t[src.to(device)] for n, t in shared.items()}, src, dst, ctx.round)
+            accepted = wire.accept(received, {n: t[dst.to(device)] for n, t in shared.items()}, ctx.round)
+            if not bool(accepted.all()):
+                keep = torch.nonzero(accepted).reshape(-1)
+                received = {n: t.index_select(0, keep.to(t.device)) for n, t in received.items()}
+                src, dst = src[keep], dst[keep]
+                partners = [[] for _ in range(self.num_centers)]
+                for j, i in zip(src.tolist(), dst.tolist(), strict=True):
+                    partners[i].append(j)
+        if len(src):
             out.update(self._mix(shared, received, src, dst, partners))
             t2 = time.perf_counter()
             i, j, phi = self.credit(ctx, partners, shared, received, (src, dst), self.n_train, personal)

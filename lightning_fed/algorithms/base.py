@@ -42,8 +42,18 @@ class Algorithm(ABC):
         """Called once before training: remember sizes and which parameters are shared."""
         self.num_centers = data.num_centers
         self.n_train = data.n_train
-        personal = set(module.head_parameter_names(self.personal_layers)) if self.personal_layers else set()
+        try:
+            personal = (
+                set(module.head_parameter_names(self.personal_layers)) if self.personal_layers else set()
+            )
+        except ValueError as err:
+            raise ValueError(f"algorithm.personal_layers={self.personal_layers}: {err}") from err
         self.shared_names = tuple(n for n, _ in module.named_parameters() if n not in personal)
+        if not self.shared_names:
+            raise ValueError(
+                f"algorithm.personal_layers={self.personal_layers} keeps every layer of the model local: "
+                "nothing would be shared (use fewer personal layers, or LocalOnly)"
+            )
 
     def train_groups(self, data: FederatedData) -> list[list[int]]:
         """Which centers' training rows each model trains on (default: one model per center)."""

@@ -4,6 +4,14 @@ Each center trains locally, uploads its shared parameters to the server (one mes
 computes ``theta_bar = sum_j (n_j / n) theta_j`` (the mixing matrix ``1 w^T``) and sends it back (one
 message per center). Cost per center per round: one upload and one download of the shared
 parameters, ``2|W|`` bytes (ABPS Eq. 2). Personal (head) layers, when configured, stay local.
+
+Faults (:mod:`lightning_fed.comm.faults`): only the centers :meth:`Wire.available
+<lightning_fed.comm.wire.Wire.available>` this round upload and download; an unavailable center
+keeps its parameters and nothing is booked for it. The server validates every upload
+(:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`, reference: the median upload norm) and
+averages the accepted ones with weights renormalized over them, ``n_j / sum_{k accepted} n_k``;
+a center that rejects the download keeps its own parameters. With nothing accepted, nothing is
+sent back and every center keeps its parameters.
 """
 
 from __future__ import annotations
@@ -21,14 +29,34 @@ __all__ = ["FedAvg"]
 
 
 class FedAvg(Algorithm):
-    """Sample-weighted averaging of all centers' shared parameters through a server."""
+    """Sample-weighted averaging of the available centers' shared parameters through a server."""
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
-        centers = torch.arange(self.num_centers)
-        server = torch.full_like(centers, SERVER)
-        uploaded = wire.send(self.shared(params), centers, server, ctx.round)
-        average = weighted_average(uploaded, sample_weights(self.n_train))
-        downloaded = wire.send(average, server, centers, ctx.round)
         out = dict(params)
-        out.update({n: t.expand_as(params[n]).clone() for n, t in downloaded.items()})
+        available = wire.available(ctx.round, self.num_centers)
+        centers = torch.arange(self.num_centers)[available]
+        if not len(centers):
+            return out
+        shared = self.shared(params)
+        if not bool(available.all()):
+            shared = {n: t.index_select(0, centers.to(t.device)) for n, t in shared.items()}
+        server = torch.full_like(centers, SERVER)
+        uploaded = wire.send(shared, centers, server, ctx.round)
+        accepted = wire.accept(uploaded, None, ctx.round)
+        if not bool(accepted.any()):
+            return out
+        if not bool(accepted.all()):
+            keep = torch.nonzero(accepted).reshape(-1)
+            uploaded = {n: t.index_select(0, keep.to(t.device)) for n, t in uploaded.items()}
+        average = weighted_average(uploaded, sample_weights(self.n_train[centers][accepted]))
+        downloaded = wire.send(average, server, centers, ctx.round)
+        take = wire.accept(downloaded, shared, ctx.round)
+        if bool(available.all()) and bool(take.all()):
+            out.update({n: t.expand_as(params[n]).clone() for n, t in downloaded.items()})
+            return out
+        rows = centers[take]
+        for n, t in downloaded.items():
+            new = params[n].clone()
+            new[rows.to(new.device)] = t.expand(len(rows), *t.shape[1:]).to(new.dtype)
+            out[n] = new
         return out

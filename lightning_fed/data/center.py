@@ -44,7 +44,7 @@ class PooledTable:
     """Rows of one cohort in raw units, before any partition.
 
     Attributes:
-        x: Features, shape ``[N, F]``, float.
+        x: Features, shape ``[N, F]``, float; NaN marks a missing value, infinities are refused.
         y: Binary labels, shape ``[N]``, values in {0, 1}.
         feature_names: ``F`` column names.
         continuous: Boolean mask ``[F]``; these columns are standardized per center.
@@ -73,6 +73,16 @@ class PooledTable:
                 raise ValueError(f"PooledTable.{name} has {arr.shape[0]} rows, x has {n}")
         if not np.isin(self.y, (0, 1)).all():
             raise ValueError("PooledTable.y must be binary (0/1)")
+        if n == 0:
+            raise ValueError("PooledTable has no rows")
+        if f == 0:
+            raise ValueError("PooledTable has no feature columns")
+        infinite = np.isinf(self.x).any(axis=0)
+        if infinite.any():
+            names = [self.feature_names[j] for j in np.flatnonzero(infinite)[:5]]
+            raise ValueError(f"PooledTable.x has infinite values in {names} (NaN marks a missing value)")
+        if not np.isfinite(self.year).all():
+            raise ValueError("PooledTable.year must be finite")
         missing = set(self.charlson_columns) - set(self.feature_names)
         if missing:
             raise ValueError(f"PooledTable.charlson_columns not among features: {sorted(missing)}")
@@ -261,6 +271,13 @@ def build_federation(
         mean = np.where(cont & ~empty, x_tr.mean(axis=0), 0.0)
         std = np.where(cont & ~empty, x_tr.std(axis=0), 1.0)
         std = np.where(std > 1e-12, std, 1.0)
+        bad = ~(np.isfinite(mean) & np.isfinite(std))
+        if bad.any():
+            names = [table.feature_names[j] for j in np.flatnonzero(bad)[:5]]
+            raise ValueError(
+                f"center {name!r}: features {names} overflow when standardized (values too large for "
+                "float64 statistics): rescale them"
+            )
         if n_extra:
             mean = np.concatenate([mean, np.zeros(n_extra)])
             std = np.concatenate([std, np.ones(n_extra)])

@@ -122,17 +122,25 @@ class Tabular(TableSource):
             raise FileNotFoundError(
                 f"Tabular: {self.path!r} not found: set path to an existing CSV or parquet file"
             )
-        if path.name.lower().endswith((".parquet", ".pq")):
-            return pl.read_parquet(path)
-        return pl.read_csv(path, infer_schema_length=10000, null_values=["", "NA", "NaN", "nan"])
+        try:
+            if path.name.lower().endswith((".parquet", ".pq")):
+                frame = pl.read_parquet(path)
+            else:
+                frame = pl.read_csv(path, infer_schema_length=10000, null_values=["", "NA", "NaN", "nan"])
+        except pl.exceptions.NoDataError as err:
+            raise ValueError(f"Tabular: {self.path!r} is empty (no header, no rows)") from err
+        except (pl.exceptions.PolarsError, OSError) as err:
+            raise ValueError(f"Tabular: cannot read {self.path!r}: {str(err).splitlines()[0]}") from err
+        return frame
 
     def table(self, seed: int = 0) -> PooledTable:
         """The pooled table in raw units (the seed is unused: building the table draws nothing).
 
         Raises:
             FileNotFoundError: If the file is missing.
-            ValueError: If a named column is missing, a feature is not numeric, or the label is
-                not binary.
+            ValueError: If the file is empty or unreadable, a named column is missing, there is no
+                feature column or no labelled row, a feature is not numeric or holds infinities, or
+                the label is not binary.
         """
         frame = self._read()
         meta = (self.label, *self.center, *((self.time,) if self.time else ()))
@@ -163,10 +171,18 @@ class Tabular(TableSource):
         if extra:
             raise ValueError(f"Tabular: categorical columns {sorted(extra)} are not among the features")
 
+        if not features:
+            raise ValueError(
+                f"Tabular: {self.path!r} has no feature columns besides the label, center and time columns"
+            )
         n_all = frame.height
         frame = frame.filter(pl.col(self.label).is_not_null())
         if frame.height < n_all:
             _log.warning("Tabular: dropped %d rows without a label %r", n_all - frame.height, self.label)
+        if frame.height == 0:
+            raise ValueError(
+                f"Tabular: {self.path!r} has no rows with a label {self.label!r} ({n_all} rows read)"
+            )
         y = frame[self.label]
         if y.dtype == pl.Boolean:
             y = y.cast(pl.Int64)
@@ -189,6 +205,12 @@ class Tabular(TableSource):
                 raise ValueError(
                     f"Tabular: feature {c!r} is not numeric (dtype {frame[c].dtype}): list it in categorical"
                 ) from err
+            infinite = int(frame[c].is_infinite().sum())
+            if infinite:
+                raise ValueError(
+                    f"Tabular: feature {c!r} has {infinite} infinite values: replace them, or leave them "
+                    "blank to have them imputed per center"
+                )
         if self.time is not None:
             try:
                 frame = frame.with_columns(pl.col(self.time).cast(pl.Float64, strict=True).alias("_year"))
@@ -198,6 +220,8 @@ class Tabular(TableSource):
                 raise ValueError(
                     f"Tabular: time column {self.time!r} has missing values: fill or drop those rows"
                 )
+            if frame["_year"].is_infinite().any():
+                raise ValueError(f"Tabular: time column {self.time!r} has infinite values")
         else:
             frame = frame.with_columns(pl.lit(0.0).alias("_year"))
 

@@ -8,6 +8,12 @@ padded and masked by rows, and its loss is the mean over its real rows, so its g
 exactly the one it would get alone. Each active center steps its own functional Adam/SGD
 (:mod:`lightning_fed.engine.optim`); inactive centers do not step. Batch order comes from
 :mod:`lightning_fed.engine.schedule`, shared with the sequential engine.
+
+Divergence is contained per center: a center whose loss turns non-finite in any step of the round
+(or whose parameters end the round non-finite) gets its parameters and optimizer state restored to
+their values before the round, so its remaining steps of the round have no effect; its reported
+loss is NaN and :attr:`PackedEngine.last_diverged` marks it. Centers never mix inside the packed
+computation (per-center losses, gradients and optimizer steps), so the others are unaffected.
 """
 
 from __future__ import annotations
@@ -78,8 +84,12 @@ class PackedEngine(Engine):
             idx[p, : b.shape[0]] = torch.where(b >= 0, b + self.offsets[p], self.pad_row)
         return idx.to(self.device)
 
+    #: Bool ``[C]`` (center order): centers whose last round diverged and was rolled back.
+    last_diverged: Tensor | None = None
+
     def train_round(self, round_idx: int) -> Tensor:
         idx = self._round_index(round_idx)
+        before = self.flat.clone(), {n: t.clone() for n, t in self.opt_state.items()}
         self.module.train()
         gen = torch_generator(self.seed, "dropout", round_idx, device=self.device)
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
@@ -98,7 +108,19 @@ class PackedEngine(Engine):
                     per_center, grad = self._autograd_step(k, xb, yb, mask, gen)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
-        return (loss_sum / self.steps.to(loss_sum)).index_select(0, self.inverse.to(self.device))
+        loss = loss_sum / self.steps.to(loss_sum)
+        self._contain(loss, *before)
+        return loss.index_select(0, self.inverse.to(self.device))
+
+    def _contain(self, loss: Tensor, flat: Tensor, opt_state: dict[str, Tensor]) -> None:
+        """Roll back (to ``flat`` / ``opt_state``) the centers whose loss or parameters are non-finite."""
+        bad = ~torch.isfinite(loss) | ~torch.isfinite(self.flat).all(1)
+        if bool(bad.any()):
+            self.flat[bad] = flat[bad]
+            for n, t in self.opt_state.items():
+                t[bad] = opt_state[n][bad]
+            loss[bad] = float("nan")
+        self.last_diverged = bad.index_select(0, self.inverse.to(self.device)).cpu()
 
     def _autograd_step(
         self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, gen: torch.Generator

@@ -4,6 +4,10 @@ Each center owns a copy of the module and the optimizer its ``configure_optimize
 trains on the batches of :mod:`lightning_fed.engine.schedule`. It is the reference the packed engine
 is tested against, and the fallback for models that cannot be packed (custom optimizers, layers that
 ``vmap`` does not support).
+
+A center whose loss turns non-finite gets its parameters and optimizer state restored to their
+values before the round and skips the rest of the round (loss NaN, flagged in
+:attr:`SequentialEngine.last_diverged`), as in the packed engine.
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ class SequentialEngine(Engine):
         self.models = [copy.deepcopy(self.module).to(self.device, dtype) for _ in train]
         self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
 
+    #: Bool ``[C]``: centers whose last round diverged and was rolled back.
+    last_diverged: Tensor | None = None
+
     def train_round(self, round_idx: int) -> Tensor:
         losses = torch.zeros(self.num_models, dtype=torch.float64)
+        self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)
         for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
             model.train()
+            before = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
             batches = center_batches(len(y), self.batch_size, self.epochs, self.seed, round_idx, c)
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                 torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, c))
@@ -44,10 +53,15 @@ class SequentialEngine(Engine):
                     with self.autocast():
                         logits = model(x[rows])
                     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.to(y.dtype), y[rows])
+                    if not bool(torch.isfinite(loss)):
+                        model.load_state_dict(before[0])
+                        opt.load_state_dict(before[1])
+                        self.last_diverged[c] = True
+                        break
                     loss.backward()
                     opt.step()
                     losses[c] += loss.item()
-            losses[c] /= len(batches)
+            losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
         return losses
 
     def get_params(self) -> dict[str, Tensor]:

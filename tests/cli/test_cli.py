@@ -190,49 +190,86 @@ class KillAt(Callback):
         self.round = round
 
     def on_round_end(self, federation, result) -> None:
-        if result.round == self.round:
+        if result.round == self.round and os.environ.get("LF_TEST_KILL") == "1":
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-ABPS_RUN = [
-    "--config",
-    str(Path(__file__).resolve().parents[2] / "configs" / "abps_x.yaml"),
-    "--data.init_args.num_centers=12",
-    "--data.init_args.num_stays=2400",
-    "--trainer.rounds=6",
-    "--output.checkpoint_every=1",
-    "--logger.enabled=false",
-    "--output.progress_bar=false",
-]
+class KillInCheckpointWrite(Callback):
+    """SIGKILL in the middle of the ``call``-th checkpoint write (a partial temporary file exists).
+
+    Killers act only where ``LF_TEST_KILL=1`` (the child process): the resumed run re-reads the same
+    config, callbacks included, in the test process."""
+
+    def __init__(self, call: int = 3) -> None:
+        import lightning_fed.callbacks.checkpoint as checkpoint
+        from lightning_fed.io import atomic_path
+
+        original, calls = checkpoint.save_torch, [0]
+
+        def save_then_die(path, obj):
+            calls[0] += 1
+            if calls[0] == call and os.environ.get("LF_TEST_KILL") == "1":
+                with atomic_path(path) as tmp:
+                    tmp.write_bytes(b"half a checkpoint")
+                    os.kill(os.getpid(), signal.SIGKILL)
+            return original(path, obj)
+
+        checkpoint.save_torch = save_then_die
 
 
-def test_resume_after_sigkill_gives_the_uninterrupted_result(tmp_path: Path) -> None:
-    """ABPS-X (posteriors, momentum, early stopping, bf16 ledger) killed after round 2 and resumed
-    ends with the same metrics, bytes, partners and per-round table as an uninterrupted run."""
-    main(["fit", *ABPS_RUN, f"--output.root={tmp_path}", "--output.name=straight"])
-    root = Path(__file__).resolve().parents[2]
+def _run_args(config: str) -> list[str]:
+    return [
+        "--config",
+        str(ROOT / "configs" / config),
+        "--data.init_args.num_centers=12",
+        "--data.init_args.num_stays=2400",
+        "--trainer.rounds=6",
+        "--output.checkpoint_every=1",
+        "--logger.enabled=false",
+        "--output.progress_bar=false",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("config", "killer"),
+    [
+        ("fedavg.yaml", "tests.cli.test_cli.KillAt"),
+        ("abps_x.yaml", "tests.cli.test_cli.KillAt"),
+        ("abps.yaml", "tests.cli.test_cli.KillInCheckpointWrite"),
+    ],
+)
+def test_resume_after_sigkill_gives_the_uninterrupted_result(
+    tmp_path: Path, config: str, killer: str
+) -> None:
+    """A run SIGKILLed after round 2 (or in the middle of its third checkpoint write) and resumed ends
+    with the same metrics, bytes, partners and per-round table as an uninterrupted run. ABPS-X covers
+    posteriors, momentum, early stopping and the bf16 ledger."""
+    args = _run_args(config)
+    main(["fit", *args, f"--output.root={tmp_path}", "--output.name=straight"])
     killed = subprocess.run(
         [
             sys.executable,
             "-m",
             "lightning_fed.cli",
             "fit",
-            *ABPS_RUN,
+            *args,
             f"--output.root={tmp_path}",
             "--output.name=killed",
-            "--callbacks+=tests.cli.test_cli.KillAt",
+            f"--callbacks+={killer}",
         ],
-        cwd=root,
+        cwd=ROOT,
         capture_output=True,
         text=True,
+        env={**os.environ, "LF_TEST_KILL": "1"},
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert not (tmp_path / "killed" / "summary.json").exists()
     main(["fit", "--resume", str(tmp_path / "killed")])
+    assert not list((tmp_path / "killed").glob(".*.tmp")), "stale temporary files are cleaned on resume"
     a = json.loads((tmp_path / "straight" / "summary.json").read_text())
     b = json.loads((tmp_path / "killed" / "summary.json").read_text())
     for key in ("test_auroc_mean", "val_auroc_mean", "total_bytes", "rounds", "best_round", "mean_partners"):
-        assert a[key] == b[key], key
+        assert a.get(key) == b.get(key), key
     ra = pl.read_parquet(tmp_path / "straight" / "rounds.parquet").drop(pl.selectors.starts_with("seconds_"))
     rb = pl.read_parquet(tmp_path / "killed" / "rounds.parquet").drop(pl.selectors.starts_with("seconds_"))
     assert ra.equals(rb)

@@ -115,11 +115,20 @@ class BayesianSelector:
         else:
             self.candidates = self.filter.candidates(metadata)
 
-    def select(self, round_idx: int) -> list[list[int]]:
-        """Partner sets of round ``round_idx`` (Eq. 7 with ``t_k = round_idx + 1``; Alg. 1 l. 13-22)."""
+    def select(self, round_idx: int, available: Tensor | None = None) -> list[list[int]]:
+        """Partner sets of round ``round_idx`` (Eq. 7 with ``t_k = round_idx + 1``; Alg. 1 l. 13-22).
+
+        Args:
+            round_idx: The round.
+            available: Optional bool ``[C]``; a center marked False is nobody's candidate and has
+                none itself this round (it can neither propose nor accept).
+        """
         scores = ucb(self.posterior.mean(), self.posterior.count, round_idx + 1, self.gamma)
         gen = torch_generator(self.seed, "matching", round_idx)
-        return propose_reject(scores, self.candidates, self.kappa, self.tau_acc, self.epsilon, gen)
+        candidates = self.candidates
+        if available is not None:
+            candidates = candidates & available.unsqueeze(0) & available.unsqueeze(1)
+        return propose_reject(scores, candidates, self.kappa, self.tau_acc, self.epsilon, gen)
 
     def observe(self, i: Tensor, j: Tensor, phi: Tensor) -> None:
         """Fold Shapley values ``phi_{j->i}`` into ``i``'s beliefs about ``j`` (Eqs. 5-6)."""
