@@ -178,3 +178,31 @@ def test_tmc_credit_matches_exact_when_every_permutation_is_drawn() -> None:
         algo.aggregate(CTX, params, Wire())
         results[name] = algo.selector.posterior.alpha[0, 1:].clone()
     assert torch.allclose(results["exact"], results["tmc"], atol=0.05)
+
+
+def test_dp_descriptors_are_noised_before_they_leave_and_seeded() -> None:
+    """With a GaussianMechanism the published descriptors differ from the exact ones (log n_train is
+    public and stays exact), and the same seed publishes the same noisy values."""
+    from lightning_fed.privacy import GaussianMechanism
+
+    def published() -> torch.Tensor:
+        sent = []
+
+        class Recording(Wire):
+            def send(self, payload, src, dst, round_idx):
+                sent.append({k: v.clone() for k, v in payload.items()})
+                return super().send(payload, src, dst, round_idx)
+
+        algo = ABPS(
+            selector=BayesianSelector(filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3)),
+            privacy=GaussianMechanism(epsilon=0.5, delta=1e-5, clip=1.0),
+        )
+        _, params = _setup([30, 10, 20, 40], algo, [1.0, 5.0, 2.0, 3.0])
+        _fixed(algo, [[], [], [], []])
+        algo.aggregate(CTX, params, Recording())
+        return sent[0]["v"], algo.metadata[:, :3]
+
+    noisy, exact = published()
+    assert not torch.allclose(noisy[:, 0].double(), exact[:, 0])
+    assert torch.allclose(noisy[:, 1].double(), exact[:, 1], atol=1e-6)
+    assert torch.equal(published()[0], noisy)
