@@ -4,6 +4,7 @@ Commands:
     fit            train a federation from a config; writes a run directory.
     test           re-evaluate a finished run directory from its checkpoint.
     data describe  print (and optionally save as parquet) the per-center table of a data source.
+    sweep          run a grid of configs x seeds (several processes at once), skipping finished runs.
 
 Config groups: ``data``, ``model``, ``algorithm``, ``comm`` (the wire's encode/decode hook) and
 ``callbacks`` (class_path/init_args), ``trainer`` (rounds, local epochs, batch size, engine),
@@ -21,7 +22,7 @@ from typing import Any
 
 __all__ = ["fit_parser", "main"]
 
-USAGE = """usage: lightning-fed {fit,test,data} [options]
+USAGE = """usage: lightning-fed {fit,test,data,sweep} [options]
 
 Decentralized federated learning across clinical centers.
 
@@ -29,7 +30,8 @@ commands:
   fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
           continue an interrupted run: lightning-fed fit --resume runs/<run>
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
-  data    describe a federation: lightning-fed data describe --data CLASS_PATH [--output FILE.parquet]
+  data    describe a federation: lightning-fed data describe --data CLASS_PATH [--save FILE.parquet]
+  sweep   configs x seeds:     lightning-fed sweep --config configs/sweeps/table1.yaml
 
 'lightning-fed fit --help' lists every config key; '--print_config' prints the resolved config.
 """
@@ -280,6 +282,36 @@ def data(argv: Sequence[str]) -> Any:
     return table
 
 
+def sweep(argv: Sequence[str]) -> dict[str, str]:
+    """``lightning-fed sweep --config SWEEP.yaml``: every config x every seed, skipping finished runs."""
+    from jsonargparse import ActionConfigFile, ArgumentParser
+
+    from lightning_fed.sweep import plan, run_sweep
+
+    parser = ArgumentParser(prog="lightning-fed sweep", description="Run a grid of configs x seeds.")
+    parser.add_argument("--config", action=ActionConfigFile, help="sweep YAML (see lightning_fed/sweep.py)")
+    parser.add_argument("--configs", type=list[str], required=True, help="fit configs, one run folder each")
+    parser.add_argument("--seeds", type=list[int], default=[11, 22, 33, 44, 55], help="seeds (paper: 11..55)")
+    parser.add_argument("--output", type=str, default="runs/sweep", help="folder of the run folders")
+    parser.add_argument("--overrides", type=list[str], default=[], help="fit options appended to every run")
+    parser.add_argument("--processes", type=int, default=1, help="runs at once")
+    args = parser.parse_args(list(argv))
+    try:
+        runs = plan(args.configs, args.seeds, args.output)
+        pending = sum(not r.done for r in runs)
+        print(f"sweep: {len(runs)} runs ({len(runs) - pending} already done) -> {args.output}")
+        status = run_sweep(runs, args.overrides, args.processes)
+    except (ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    failed = sorted(name for name, s in status.items() if s == "failed")
+    counts = {kind: sum(s == kind for s in status.values()) for kind in ("done", "skipped")}
+    detail = f" ({', '.join(failed)}; see their .log files)" if failed else ""
+    print(f"sweep: {counts['done']} done, {counts['skipped']} skipped, {len(failed)} failed{detail}")
+    if failed:
+        raise SystemExit(1)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lightning-fed`` console script and the root ``cli.py``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -287,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    commands = {"fit": fit, "test": test, "data": data}
+    commands = {"fit": fit, "test": test, "data": data, "sweep": sweep}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
     commands[command](rest)

@@ -1,0 +1,65 @@
+"""Reports over run directories: Table 1 (markdown + CSV), the accuracy-bandwidth Pareto plot, isolation.
+
+``report(root)`` is what ``lightning-fed report RUNS_DIR`` runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from lightning_fed.reporting.plots import (
+    FAMILY_COLORS,
+    isolation_plot,
+    isolation_series,
+    method_family,
+    pareto_front,
+    pareto_plot,
+)
+from lightning_fed.reporting.table import collect_runs, method_label, table1, to_markdown, write_table
+
+__all__ = [
+    "FAMILY_COLORS",
+    "collect_runs",
+    "isolation_plot",
+    "isolation_series",
+    "method_family",
+    "method_label",
+    "pareto_front",
+    "pareto_plot",
+    "report",
+    "table1",
+    "to_markdown",
+    "write_table",
+]
+
+
+def report(root: Path, out: Path | None = None) -> dict[str, Path]:
+    """Write Table 1, the Pareto plot and (when any run has the data) the isolation plot.
+
+    The Pareto plot's dashed upper bound is the mean AUROC of the method labelled ``centralized``
+    (any label containing ``central``, the best one if several) when the runs include one.
+
+    Args:
+        root: A folder of run directories (searched recursively).
+        out: Destination folder; ``root/report/`` by default.
+
+    Returns:
+        The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
+        (absent when no run has per-round isolation data).
+
+    Raises:
+        ValueError: If ``root`` holds no run directory.
+    """
+    root = Path(root)
+    out = Path(out) if out is not None else root / "report"
+    table = table1(collect_runs(root))
+    md, csv = write_table(table, out / "table1")
+    written = {"table1.md": md, "table1.csv": csv}
+    central = table.filter(pl.col("method").str.to_lowercase().str.contains("central"))["auroc_mean"]
+    bound = central.drop_nulls().max()
+    written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
+    if isolation_series(root).height:
+        written["isolation.png"] = isolation_plot(root, out / "isolation.png")
+    return written

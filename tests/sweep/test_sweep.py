@@ -1,0 +1,79 @@
+"""Sweeps: the grid, skipping finished runs, failures reported, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lightning_fed.cli import main
+from lightning_fed.sweep import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = [
+    "--data.init_args.num_centers=6",
+    "--data.init_args.num_stays=900",
+    "--trainer.rounds=1",
+    "--model.init_args.hidden=[8, 4]",
+    "--logger.enabled=false",
+]
+
+
+def test_plan_names_runs_by_config_and_seed(tmp_path: Path) -> None:
+    runs = plan([ROOT / "configs" / "fedavg.yaml", ROOT / "configs" / "local.yaml"], [11, 22], tmp_path)
+    assert [r.name for r in runs] == ["fedavg-seed11", "fedavg-seed22", "local-seed11", "local-seed22"]
+    with pytest.raises(FileNotFoundError, match=r"sweep.configs: no such file"):
+        plan([tmp_path / "nope.yaml"], [1], tmp_path)
+    with pytest.raises(ValueError, match="at least one"):
+        plan([], [1], tmp_path)
+
+
+def test_sweep_runs_the_grid_in_two_processes_then_skips_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    sweep_file = tmp_path / "sweep.yaml"
+    out = tmp_path / "runs"
+    sweep_file.write_text(
+        json.dumps(
+            {
+                "configs": [str(ROOT / "configs" / "fedavg.yaml"), str(ROOT / "configs" / "local.yaml")],
+                "seeds": [1, 2],
+                "output": str(out),
+                "overrides": TINY,
+                "processes": 2,
+            }
+        )
+    )
+    status = main_sweep(["--config", str(sweep_file)])
+    assert sorted(status) == ["fedavg-seed1", "fedavg-seed2", "local-seed1", "local-seed2"]
+    assert set(status.values()) == {"done"}
+    seeds = {json.loads((out / name / "summary.json").read_text())["seed"] for name in status}
+    assert seeds == {1, 2}
+    again = main_sweep(["--config", str(sweep_file)])
+    assert set(again.values()) == {"skipped"}
+    assert "4 skipped" in capsys.readouterr().out
+
+
+def test_a_failing_run_is_reported_and_the_sweep_exits_nonzero(tmp_path: Path) -> None:
+    sweep_file = tmp_path / "sweep.yaml"
+    sweep_file.write_text(
+        json.dumps(
+            {
+                "configs": [str(ROOT / "configs" / "fedavg.yaml")],
+                "seeds": [1],
+                "output": str(tmp_path),
+                "overrides": [*TINY, "--trainer.rounds=0"],
+            }
+        )
+    )
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", "--config", str(sweep_file)])
+    assert exc.value.code == 1
+    assert "trainer.rounds" in (tmp_path / "fedavg-seed1.log").read_text()
+
+
+def main_sweep(args: list[str]) -> dict[str, str]:
+    from lightning_fed.cli import sweep
+
+    return sweep(args)
