@@ -5,6 +5,7 @@ Commands:
     test           re-evaluate a finished run directory from its checkpoint.
     data describe  print (and optionally save as parquet) the per-center table of a data source.
     sweep          run a grid of configs x seeds (several processes at once), skipping finished runs.
+    report         Table 1 (markdown + CSV), accuracy-vs-bandwidth Pareto and isolation plots (PNG).
 
 Config groups: ``data``, ``model``, ``algorithm``, ``comm`` (the wire's encode/decode hook) and
 ``callbacks`` (class_path/init_args), ``trainer`` (rounds, local epochs, batch size, engine),
@@ -22,7 +23,7 @@ from typing import Any
 
 __all__ = ["fit_parser", "main"]
 
-USAGE = """usage: lightning-fed {fit,test,data,sweep} [options]
+USAGE = """usage: lightning-fed {fit,test,data,sweep,report} [options]
 
 Decentralized federated learning across clinical centers.
 
@@ -32,6 +33,7 @@ commands:
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
   data    describe a federation: lightning-fed data describe --data CLASS_PATH [--save FILE.parquet]
   sweep   configs x seeds:     lightning-fed sweep --config configs/sweeps/table1.yaml
+  report  tables and plots:    lightning-fed report runs/table1 [--out DIR]
 
 'lightning-fed fit --help' lists every config key; '--print_config' prints the resolved config.
 """
@@ -312,6 +314,27 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
     return status
 
 
+def report(argv: Sequence[str]) -> dict[str, Path]:
+    """``lightning-fed report RUNS_DIR [--out DIR]``: Table 1 (md + csv), Pareto and isolation PNGs."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(prog="lightning-fed report", description="Summarize run folders.")
+    parser.add_argument("runs", type=str, help="folder holding run folders (searched recursively)")
+    parser.add_argument("--out", type=str | None, default=None, help="where to write (default RUNS/report)")
+    args = parser.parse_args(list(argv))
+    from lightning_fed.reporting import report as write_report
+
+    try:
+        written = write_report(Path(args.runs), None if args.out is None else Path(args.out))
+    except (ValueError, FileNotFoundError) as err:
+        _fail(str(err))
+    table = written.get("table1.md")
+    if table is not None:
+        print(Path(table).read_text())
+    print("wrote " + ", ".join(str(p) for p in written.values()))
+    return written
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``lightning-fed`` console script and the root ``cli.py``."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -319,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    commands = {"fit": fit, "test": test, "data": data, "sweep": sweep}
+    commands = {"fit": fit, "test": test, "data": data, "sweep": sweep, "report": report}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
     commands[command](rest)

@@ -12,8 +12,10 @@ Method families (colour), decided on the lower-cased method label, first match w
 
 Methods that send nothing (``bytes_vs_fedavg == 0``) cannot sit on the log x axis: they are drawn
 with hollow markers at a floor a quarter of the smallest positive bandwidth (0.01 when there is
-none), where the axis tick reads ``0``. Centralized (label containing ``central``) pools the data
-and is the upper bound, not a federated competitor: it is left out of the Pareto front.
+none), where the axis tick reads ``0`` (a thin vertical line separates them from the rest).
+Centralized (label containing ``central``) pools the data and is the upper bound, not a federated
+competitor: it is left out of the Pareto front. Labels that would overlap a marker or another label
+are nudged upward with a thin leader line.
 """
 
 from __future__ import annotations
@@ -270,7 +272,8 @@ def isolation_plot(runs_root: Path, path: Path) -> Path:
             )
     ax.set_xlabel("round")
     ax.set_ylabel("isolation rate (% of centers with no partner)")
-    ax.set_title("Per-round isolation")
+    several = int(agg["n"].max()) > 1
+    ax.set_title("Per-round isolation" + (" (mean over seeds, band: min-max)" if several else ""))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)

@@ -77,3 +77,26 @@ def main_sweep(args: list[str]) -> dict[str, str]:
     from lightning_fed.cli import sweep
 
     return sweep(args)
+
+
+def test_report_command_writes_table_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    for name in ("fedavg-seed1", "local-seed1"):
+        config = ROOT / "configs" / f"{name.split('-')[0]}.yaml"
+        main(
+            [
+                "fit",
+                "--config",
+                str(config),
+                *TINY,
+                f"--output.root={tmp_path}",
+                f"--output.name={name}",
+                "--output.progress_bar=false",
+            ]
+        )
+    main(["report", str(tmp_path), "--out", str(tmp_path / "report")])
+    out = capsys.readouterr().out
+    assert "| fedavg |" in out and "| local |" in out
+    for name in ("table1.md", "table1.csv", "pareto.png"):
+        assert (tmp_path / "report" / name).stat().st_size > 0
+    with pytest.raises(SystemExit):
+        main(["report", str(tmp_path / "nothing-here")])
