@@ -14,6 +14,7 @@ import numpy as np
 
 from lightning_fed.data.center import FederatedData, PooledTable, build_federation
 from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.validation import check_int
 
 __all__ = ["DataSource", "TableSource"]
 
@@ -44,11 +45,9 @@ class TableSource(DataSource):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
             raise ValueError(f"seed must be an integer or None, got {seed!r}")
-        self.partitioner, self.seed, self.min_center_size = (
-            partitioner,
-            None if seed is None else int(seed),
-            min_center_size,
-        )
+        self.partitioner = partitioner
+        self.seed = None if seed is None else int(seed)
+        self.min_center_size = check_int("min_center_size", min_center_size, 0)
 
     def effective_seed(self, seed: int) -> int:
         """``self.seed`` when set (fixes the data while training seeds vary), else the run seed."""

@@ -165,9 +165,8 @@ class EICU(TableSource):
             raise ValueError(f"center must be one of {list(CENTER_MODES)}, got {center!r}")
         self.root = str(root)
         self.center = center
-        self.min_center_size = check_int("min_center_size", min_center_size, 0)
         self.rare_count = check_int("rare_count", rare_count, 1)
-        self._set_common(partitioner, seed, self.min_center_size)
+        self._set_common(partitioner, seed, min_center_size)
 
     def __repr__(self) -> str:
         return (

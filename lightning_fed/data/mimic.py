@@ -152,12 +152,11 @@ class MimicIV(TableSource):
         if isinstance(care_units, str) or not care_units or not all(isinstance(u, str) for u in care_units):
             raise ValueError(f"care_units must be a non-empty list of unit names, got {care_units!r}")
         self.care_units = tuple(care_units)
-        self.min_center_size = check_int("min_center_size", min_center_size, 0)
         self.rare_count = check_int("rare_count", rare_count, 1)
         if cache_dir is not None and (not isinstance(cache_dir, (str, Path)) or not str(cache_dir)):
             raise ValueError(f"cache_dir must be a folder path or None, got {cache_dir!r}")
         self.cache_dir = None if cache_dir is None else str(cache_dir)
-        self._set_common(partitioner, seed, self.min_center_size)
+        self._set_common(partitioner, seed, min_center_size)
 
     def __repr__(self) -> str:
         return (

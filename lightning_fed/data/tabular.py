@@ -103,9 +103,8 @@ class Tabular(TableSource):
         self.window = None if window is None else check_int("window", window, 1)
         if self.window is not None and self.time is None:
             raise ValueError("window needs a time column: set time=<column> or window=None")
-        self.min_center_size = check_int("min_center_size", min_center_size, 0)
         self.rare_count = check_int("rare_count", rare_count, 1)
-        self._set_common(partitioner, seed, self.min_center_size)
+        self._set_common(partitioner, seed, min_center_size)
 
     def __repr__(self) -> str:
         return (
