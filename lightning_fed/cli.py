@@ -3,6 +3,7 @@
 Commands:
     fit            train a federation from a config; writes a run directory.
     test           re-evaluate a finished run directory from its checkpoint.
+    refer          inference-time referral table and routing picture of an EdgeDRM run.
     data describe  print (and optionally save as parquet) the per-center table of a data source.
     sweep          run a grid of configs x seeds (several processes at once), skipping finished runs.
     report         Table 1 (markdown + CSV), accuracy-vs-bandwidth Pareto and isolation plots (PNG).
@@ -23,7 +24,7 @@ from typing import Any
 
 __all__ = ["fit_parser", "main"]
 
-USAGE = """usage: lightning-fed {fit,test,data,sweep,report} [options]
+USAGE = """usage: lightning-fed {fit,test,refer,data,sweep,report} [options]
 
 Decentralized federated learning across clinical centers.
 
@@ -31,6 +32,7 @@ commands:
   fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
           continue an interrupted run: lightning-fed fit --resume runs/<run>
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
+  refer   referral (EdgeDRM): lightning-fed refer --run-dir runs/<edgedrm run> [--baselines runs/<local run>]
   data    describe a federation: lightning-fed data describe --data CLASS_PATH [--save FILE.parquet]
   sweep   configs x seeds:     lightning-fed sweep --config configs/sweeps/table1.yaml
   report  tables and plots:    lightning-fed report runs/table1 [--out DIR]
@@ -102,10 +104,23 @@ def _instantiate(parser: Any, cfg: Any) -> Any:
 
 
 def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
-    """The run folder's path (created only once the whole config has been validated)."""
+    """The run folder's path (created only once the whole config has been validated).
+
+    Every process of a multi-process run must agree on it: rank 0 exports the name in
+    ``LIGHTNING_FED_RUN_NAME``, which the processes Fabric launches inherit and use (only a process
+    with a non-zero ``LOCAL_RANK`` / ``RANK`` reads it); under SLURM the default name carries the job
+    id instead of the start time (``torchrun`` users pass ``--output.name``).
+    """
+    import os
     import time
 
-    name = output.name or f"{type(algorithm).__name__.lower()}-seed{seed}-{time.strftime('%Y%m%d-%H%M%S')}"
+    launched = os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0"
+    stamp = (
+        f"job{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else time.strftime("%Y%m%d-%H%M%S")
+    )
+    inherited = os.environ.get("LIGHTNING_FED_RUN_NAME") if launched else None
+    name = output.name or inherited or f"{type(algorithm).__name__.lower()}-seed{seed}-{stamp}"
+    os.environ["LIGHTNING_FED_RUN_NAME"] = name
     run_dir = output.root / name
     if (run_dir / "summary.json").exists():
         _fail(f"output folder {run_dir} already holds a finished run: choose another output.name")
@@ -173,6 +188,9 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     dumped.pop("config", None)
     dumped.output.name = run_dir.name
     extra = list(init.callbacks or [])
+    for callback in extra:
+        if hasattr(callback, "setup_run_dir"):
+            callback.setup_run_dir(run_dir)
     checkpoint = Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every, stateful=extra)
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
@@ -187,17 +205,19 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
             stale.unlink()
         start = checkpoint.restore(federation)
         print(f"lightning-fed: resuming {run_dir} from round {start}")
-    else:
+    elif fabric.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", parser.dump(dumped, skip_none=False))
-    print(
+    say = print if fabric.is_global_zero else (lambda *_: None)
+    say(
         f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "
         f"{init.trainer.rounds} rounds -> {run_dir}"
     )
     summary = federation.fit()
     summary.update(method=type(init.algorithm).__name__, run_dir=str(run_dir), versions=_package_versions())
-    write_json(run_dir / "summary.json", summary)
-    print(
+    if fabric.is_global_zero:
+        write_json(run_dir / "summary.json", summary)
+    say(
         f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
         f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
         f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
@@ -206,6 +226,69 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     for logger in loggers:
         logger.experiment.finish()
     return summary
+
+
+def _load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
+    """Rebuild a finished run's federation from ``run_dir/config.yaml`` and load its checkpoint."""
+    for needed in ("config.yaml", "checkpoint.pt"):
+        if not (run_dir / needed).is_file():
+            _fail(f"{flag} {run_dir}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
+
+    from lightning.fabric import Fabric
+
+    from lightning_fed.callbacks import Checkpoint
+
+    parser = fit_parser()
+    cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
+    init = _instantiate(parser, cfg)
+    federation = _build_federation(init, Fabric(accelerator="cpu", devices=1))
+    Checkpoint(run_dir / "checkpoint.pt").restore(federation)
+    return federation
+
+
+def refer(argv: Sequence[str]) -> Any:
+    """``lightning-fed refer --run-dir DIR``: routers x prediction rules on an EdgeDRM run's test queries."""
+    from jsonargparse import ArgumentParser
+
+    cli = ArgumentParser(prog="lightning-fed refer", description="Referral table of an EdgeDRM run.")
+    cli.add_argument("--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="an EdgeDRM run")
+    cli.add_argument(
+        "--baselines", type=list[str], default=[], help="other run folders on the same data (e.g. LocalOnly)"
+    )
+    cli.add_argument(
+        "--max-hops", "--max_hops", dest="max_hops", type=int | None, default=None, help="budget L"
+    )
+    cli.add_argument("--eta", type=float | None, default=None, help="move threshold (default: the run's)")
+    cli.add_argument("--out", type=str | None, default=None, help="output folder (default: the run folder)")
+    args = cli.parse_args(list(argv))
+    if args.max_hops is not None and args.max_hops < 0:
+        _fail(f"--max-hops must be >= 0, got {args.max_hops}")
+    for folder in args.baselines:
+        for needed in ("config.yaml", "checkpoint.pt"):
+            if not (Path(folder) / needed).is_file():
+                _fail(
+                    f"--baselines {folder}: no {needed} there (is it a finished 'lightning-fed fit' folder?)"
+                )
+
+    from lightning_fed.referral.refer import to_markdown
+    from lightning_fed.referral.run import refer_run
+
+    run_dir = Path(args.run_dir)
+    out = Path(args.out) if args.out is not None else run_dir
+    try:
+        table = refer_run(
+            run_dir,
+            lambda folder: _load_run(folder, "--run-dir" if folder == run_dir else "--baselines"),
+            [Path(b) for b in args.baselines],
+            args.max_hops,
+            args.eta,
+            out,
+        )
+    except ValueError as err:
+        _fail(str(err))
+    print(to_markdown(table))
+    print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
+    return table
 
 
 def test(argv: Sequence[str]) -> dict[str, Any]:
@@ -218,20 +301,10 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     )
     args = cli.parse_args(list(argv))
     run_dir = Path(args.run_dir)
-    for needed in ("config.yaml", "checkpoint.pt"):
-        if not (run_dir / needed).is_file():
-            _fail(f"--run-dir {run_dir}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
+    federation = _load_run(run_dir)
 
-    from lightning.fabric import Fabric
-
-    from lightning_fed.callbacks import Checkpoint
     from lightning_fed.io import write_json
 
-    parser = fit_parser()
-    cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
-    init = _instantiate(parser, cfg)
-    federation = _build_federation(init, Fabric(accelerator="cpu", devices=1))
-    Checkpoint(run_dir / "checkpoint.pt").restore(federation)
     summary = federation.summary()
     write_json(run_dir / "test.json", summary)
     print(
@@ -297,9 +370,13 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
     parser.add_argument("--output", type=str, default="runs/sweep", help="folder of the run folders")
     parser.add_argument("--overrides", type=list[str], default=[], help="fit options appended to every run")
     parser.add_argument("--processes", type=int, default=1, help="runs at once")
+    parser.add_argument("--refer", type=list[str], default=[], help="config stems whose runs get 'refer'")
+    parser.add_argument(
+        "--refer_baselines", type=list[str], default=[], help="config stems passed as refer --baselines"
+    )
     args = parser.parse_args(list(argv))
     try:
-        runs = plan(args.configs, args.seeds, args.output)
+        runs = plan(args.configs, args.seeds, args.output, args.refer, args.refer_baselines)
         pending = sum(not r.done for r in runs)
         print(f"sweep: {len(runs)} runs ({len(runs) - pending} already done) -> {args.output}")
         status = run_sweep(runs, args.overrides, args.processes)
@@ -342,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
-    commands = {"fit": fit, "test": test, "data": data, "sweep": sweep, "report": report}
+    commands = {"fit": fit, "test": test, "refer": refer, "data": data, "sweep": sweep, "report": report}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
     commands[command](rest)

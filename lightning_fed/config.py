@@ -14,48 +14,75 @@ from typing import Any
 __all__ = ["FabricConfig", "LoggerConfig", "OutputConfig"]
 
 _PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "32", "64")
+_STRATEGIES = ("auto", "ddp")
 
 
 class FabricConfig:
     """Arguments passed to ``lightning.fabric.Fabric``.
 
+    With ``devices x num_nodes > 1`` the centers are split across processes (DDP-packed centers,
+    :mod:`lightning_fed.distributed`); the result equals the one-process run. The same command runs
+    under ``fabric run``, ``torchrun`` and SLURM's ``srun``: Fabric detects the launcher from the
+    environment and then starts no processes itself (docs/scale_out.md).
+
     Args:
-        accelerator: ``"cpu"``, ``"cuda"``, ``"auto"``, ...
-        strategy: Fabric strategy (``"auto"``).
-        devices: Number of devices; multi-process federations are not available yet.
+        accelerator: ``"cpu"``, ``"cuda"``, ``"auto"`` (a GPU when there is one), ...
+        strategy: ``"auto"`` or ``"ddp"`` (one process per device; CPU processes talk over gloo,
+            GPUs over NCCL). Strategies that shard one model (FSDP, DeepSpeed) do not apply: the
+            federation shards its centers itself.
+        devices: Devices (processes) per node.
+        num_nodes: Nodes.
         precision: Local-training precision (``"32-true"``, ``"bf16-mixed"``, ...).
     """
 
     def __init__(
-        self, accelerator: str = "auto", strategy: str = "auto", devices: int = 1, precision: str = "32-true"
+        self,
+        accelerator: str = "auto",
+        strategy: str = "auto",
+        devices: int = 1,
+        precision: str = "32-true",
+        num_nodes: int = 1,
     ) -> None:
         if precision not in _PRECISIONS:
             raise ValueError(f"fabric.precision must be one of {list(_PRECISIONS)}, got {precision!r}")
-        if int(devices) != 1:
+        if strategy not in _STRATEGIES:
             raise ValueError(
-                f"fabric.devices={devices}: multi-process federations (DDP-packed centers) are not "
-                "available in this version; use fabric.devices=1"
+                f"fabric.strategy must be one of {list(_STRATEGIES)}, got {strategy!r} (the federation "
+                "shards its centers across processes itself; use ddp for several processes)"
             )
-        self.accelerator, self.strategy, self.devices, self.precision = (
-            accelerator,
-            strategy,
-            int(devices),
-            precision,
-        )
+        for key, value in (("devices", devices), ("num_nodes", num_nodes)):
+            if int(value) < 1:
+                raise ValueError(f"fabric.{key} must be >= 1, got {value}")
+        self.accelerator, self.strategy, self.precision = accelerator, strategy, precision
+        self.devices, self.num_nodes = int(devices), int(num_nodes)
 
-    def build(self, callbacks: list[Any], loggers: list[Any]) -> Any:
-        """A launched ``Fabric`` with these settings."""
+    def fabric(self, callbacks: list[Any], loggers: list[Any]) -> Any:
+        """A ``Fabric`` with these settings, not launched yet."""
         from lightning.fabric import Fabric
 
-        fabric = Fabric(
+        return Fabric(
             accelerator=self.accelerator,
             strategy=self.strategy,
             devices=self.devices,
+            num_nodes=self.num_nodes,
             precision=self.precision,
             callbacks=callbacks,
             loggers=loggers,
         )
-        fabric.launch()
+
+    def build(self, callbacks: list[Any], loggers: list[Any]) -> Any:
+        """A launched ``Fabric`` with these settings.
+
+        With ``strategy=ddp`` started as a plain command, launching starts the other local
+        processes (each re-runs the same command line); under ``torchrun`` or ``srun`` the processes
+        exist already and launching joins them; under ``fabric run`` Fabric's constructor joins them
+        and launching is skipped (Fabric refuses a second launch there).
+        """
+        from lightning.fabric.connector import _is_using_cli
+
+        fabric = self.fabric(callbacks, loggers)
+        if not _is_using_cli():  # under `fabric run` the constructor has joined the processes already
+            fabric.launch()
         return fabric
 
 

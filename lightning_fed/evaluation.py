@@ -1,7 +1,10 @@
 """Per-center evaluation of stacked models on each center's own split.
 
-Every center's split is laid into one padded tensor ``[C, n_max, F]`` with a row mask, once; each
-evaluation is then one packed forward and one batched rank AUROC for all centers.
+Every center's split is laid into one padded tensor ``[C, n_max, ...]`` with a row mask, once; each
+evaluation is then one packed forward and one batched rank AUROC for all centers. Binary models
+(logits ``[C, n]``) report AUROC; multi-class models (logits ``[C, n, K]``, the image federations)
+report the macro one-vs-rest AUROC in the same field. Both also report accuracy and balanced
+accuracy (the EdgeDRM paper's metrics).
 """
 
 from __future__ import annotations
@@ -13,7 +16,13 @@ import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine
-from lightning_fed.metrics import batched_auroc, pooled_auroc
+from lightning_fed.metrics import (
+    batched_accuracy,
+    batched_auroc,
+    batched_balanced_accuracy,
+    batched_macro_auroc,
+    pooled_auroc,
+)
 
 __all__ = ["EvalSet", "Evaluation", "evaluate"]
 
@@ -32,8 +41,7 @@ class EvalSet:
     ) -> EvalSet:
         """Pad ``(x, y)`` per center to the longest split."""
         n_max = max(1, max(len(y) for _, y in splits))
-        f = splits[0][0].shape[1]
-        x = torch.zeros(len(splits), n_max, f, dtype=dtype)
+        x = torch.zeros(len(splits), n_max, *splits[0][0].shape[1:], dtype=dtype)
         y = torch.zeros(len(splits), n_max)
         mask = torch.zeros(len(splits), n_max, dtype=torch.bool)
         for c, (xc, yc) in enumerate(splits):
@@ -43,14 +51,36 @@ class EvalSet:
 
 @dataclass(frozen=True, eq=False)
 class Evaluation:
-    """Per-center AUROC ``[C]`` (NaN when a split has one class) and the pooled AUROC over all rows."""
+    """Per-center metrics of one split.
+
+    Attributes:
+        auroc: AUROC ``[C]`` (macro one-vs-rest for multi-class; NaN when undefined).
+        pooled_auroc: AUROC over all centers' rows together (NaN for multi-class).
+        accuracy: Accuracy ``[C]``.
+        balanced_accuracy: Mean recall over the classes present ``[C]``.
+    """
 
     auroc: Tensor
     pooled_auroc: float
+    accuracy: Tensor
+    balanced_accuracy: Tensor
 
 
 def evaluate(engine: Engine, center_params: dict[str, Tensor], split: EvalSet) -> Evaluation:
     """Evaluate center ``c``'s model on center ``c``'s split, for every center at once."""
     logits = engine.predict(center_params, split.x).float().cpu()
-    auroc = batched_auroc(logits, split.y, split.mask)
-    return Evaluation(auroc=auroc, pooled_auroc=pooled_auroc(logits[split.mask], split.y[split.mask]))
+    if logits.dim() == 3:
+        auroc, pooled, num_classes = (
+            batched_macro_auroc(logits, split.y, split.mask),
+            float("nan"),
+            logits.shape[2],
+        )
+    else:
+        auroc = batched_auroc(logits, split.y, split.mask)
+        pooled, num_classes = pooled_auroc(logits[split.mask], split.y[split.mask]), 2
+    return Evaluation(
+        auroc=auroc,
+        pooled_auroc=pooled,
+        accuracy=batched_accuracy(logits, split.y, split.mask),
+        balanced_accuracy=batched_balanced_accuracy(logits, split.y, split.mask, num_classes),
+    )

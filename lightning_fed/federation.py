@@ -14,12 +14,21 @@ Observer hooks, in call order (each receives the federation first)::
         # evaluation                       per-center validation and test AUROC
         on_round_end(federation, result)   result: RoundResult; a callback may set
                                            federation.should_stop = True
+    # algorithm.finish(ctx)                a final stage after the last round (EdgeDRM's stage II);
+    #                                      it reports progress through on_finish_log(federation, scalars)
     on_train_end(federation)               after the last round, before the summary (early
                                            stopping restores the best parameters here)
     on_fit_end(federation, summary)        summary: dict of final metrics
 
 Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) also go to
 ``fabric.log_dict`` so every Fabric logger (W&B) receives them.
+
+Under Fabric DDP (``fabric.world_size > 1``) each rank trains its shard of the centers and the
+engine gathers the others' parameters after local training (:mod:`lightning_fed.distributed`);
+everything after that (aggregation, evaluation, hooks) runs identically on every rank, so the
+results equal the one-process run. Observers run on every rank; those that write files or show
+progress do so on rank 0 only. ``seconds_collectives`` in the round statistics is the time spent in
+collectives (0 in one process).
 """
 
 from __future__ import annotations
@@ -35,11 +44,13 @@ from torch import Tensor
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.distributed import ShardedEngine
+from lightning_fed.engine.base import Engine
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
 from lightning_fed.metrics import batched_auroc, summarize
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed
-from lightning_fed.types import RoundContext, RoundResult, TrainerConfig
+from lightning_fed.types import FinishContext, RoundContext, RoundResult, TrainerConfig
 
 __all__ = ["Federation"]
 
@@ -70,13 +81,10 @@ class Federation:
         self.data, self.module, self.algorithm = data, module, algorithm
         self.trainer = trainer if trainer is not None else TrainerConfig()
         self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)
-        if self.fabric.world_size > 1:
-            raise ValueError(
-                "fabric.devices/num_nodes > 1: multi-process federations (DDP-packed centers) are not "
-                "available in this version; run with fabric.devices=1"
-            )
         self.seed, self.wire = int(seed), wire if wire is not None else Wire()
-        self.engine = self.trainer.engine
+        self.engine: Engine = self.trainer.engine
+        if self.fabric.world_size > 1:
+            self.engine = ShardedEngine(self.trainer.engine, self.fabric)
         self.dtype = getattr(torch, self.trainer.dtype)
         self.round = 0
         self.should_stop = False
@@ -85,6 +93,8 @@ class Federation:
         self.summary_extras: dict[str, Any] = {}
         #: Center-rounds whose local training diverged and was rolled back.
         self.diverged_total = 0
+        #: Whether :meth:`Algorithm.finish` has run (a resumed finished run does not rerun it).
+        self.finished = False
         self._setup()
 
     def _setup(self) -> None:
@@ -115,6 +125,7 @@ class Federation:
             device=self.fabric.device,
             dtype=self.dtype,
             autocast=self.fabric.autocast if self.mixed_precision else nullcontext,
+            local_term=self.algorithm.local_term(),
         )
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
@@ -123,6 +134,12 @@ class Federation:
     def mixed_precision(self) -> bool:
         """Whether Fabric's precision autocasts (``bf16-mixed``, ``16-mixed``)."""
         return "mixed" in str(getattr(self.fabric.strategy.precision, "precision", ""))
+
+    @property
+    def collective_seconds(self) -> float:
+        """Seconds spent in cross-process collectives so far (0 in one process)."""
+        timer = getattr(self.engine, "timer", None)
+        return timer.total if timer is not None else 0.0
 
     @property
     def fedavg_message_bytes(self) -> int:
@@ -178,14 +195,41 @@ class Federation:
             self.round += 1
             self.fabric.log_dict(self._round_scalars(result), step=result.round)
             self.fabric.call("on_round_end", self, result)
+        if not self.should_stop and self.round >= self.trainer.rounds and not self.finished:
+            self._finish()
         self.fabric.call("on_train_end", self)
         summary = self.summary(wall_seconds=time.perf_counter() - start)
         self.fabric.log_dict({f"final/{k}": v for k, v in summary.items() if isinstance(v, int | float)})
         self.fabric.call("on_fit_end", self, summary)
         return summary
 
+    def _finish(self) -> None:
+        """Run the algorithm's final stage and install the parameters it returns."""
+        step = [0]
+
+        def log(scalars: dict[str, float]) -> None:
+            self.fabric.log_dict({f"finish/{k}": v for k, v in scalars.items()}, step=self.round + step[0])
+            self.fabric.call("on_finish_log", self, scalars)
+            step[0] += 1
+
+        ctx = FinishContext(
+            seed=self.seed,
+            data=self.data,
+            module=self.module,
+            params=self.engine.get_params(),
+            wire=self.wire,
+            round=self.round,
+            device=self.fabric.device,
+            log=log,
+        )
+        params = self.algorithm.finish(ctx)
+        if params is not ctx.params:
+            self.engine.set_params(params)
+        self.finished = True
+
     def _run_round(self, r: int) -> RoundResult:
         self.fabric.call("on_round_start", self, r)
+        collective_start = self.collective_seconds
         t0 = time.perf_counter()
         losses = self.engine.train_round(r)
         t1 = time.perf_counter()
@@ -201,6 +245,7 @@ class Federation:
             "seconds_train": t1 - t0,
             "seconds_aggregate": t2 - t1,
             "seconds_eval": t3 - t2,
+            "seconds_collectives": self.collective_seconds - collective_start,
             **self._fault_stats(r),
             **self.algorithm.round_stats(),
         }
@@ -214,6 +259,8 @@ class Federation:
             bytes_cumulative=ledger.total(),
             seconds=t3 - t0,
             stats=stats,
+            val_accuracy=val.accuracy,
+            test_accuracy=test.accuracy,
         )
 
     def _fault_stats(self, r: int) -> dict[str, float]:
@@ -230,6 +277,11 @@ class Federation:
     @staticmethod
     def _round_scalars(result: RoundResult) -> dict[str, float]:
         val, test = summarize(result.val_auroc), summarize(result.test_auroc)
+        accuracy = {
+            f"{split}_accuracy_mean": summarize(acc).mean
+            for split, acc in (("val", result.val_accuracy), ("test", result.test_accuracy))
+            if acc is not None
+        }
         return {
             "round": result.round,
             "val_auroc_mean": val.mean,
@@ -239,6 +291,7 @@ class Federation:
             "train_loss_mean": float(result.train_loss.nanmean()),
             "bytes_round": result.bytes_round,
             "mb_cumulative": result.bytes_cumulative / 1e6,
+            **accuracy,
             **result.stats,
         }
 
@@ -254,6 +307,8 @@ class Federation:
             "test_auroc_std": t.std,
             "test_auroc_undefined": t.n_undefined,
             "test_auroc_pooled": test.pooled_auroc,
+            "test_accuracy_mean": summarize(test.accuracy).mean,
+            "test_balanced_accuracy_mean": summarize(test.balanced_accuracy).mean,
             "val_auroc_mean": v.mean,
             "val_auroc_std": v.std,
             "val_auroc_undefined": v.n_undefined,
@@ -274,6 +329,7 @@ class Federation:
         """Everything needed to evaluate or continue: engine, algorithm, ledger, round."""
         return {
             "round": self.round,
+            "finished": self.finished,
             "engine": self.engine.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
@@ -283,6 +339,7 @@ class Federation:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.round = int(state["round"])
+        self.finished = bool(state.get("finished", False))
         self.engine.load_state_dict(state["engine"])
         self.algorithm.load_state_dict(state["algorithm"])
         self.wire.ledger.load_state_dict(state["ledger"])

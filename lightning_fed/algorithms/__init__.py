@@ -2,8 +2,23 @@
 
 from lightning_fed.algorithms.abps import ABPS
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.algorithms.bnn_fl import AverageVariance, BNNFedAvg, MixtureMoments, VarianceRule
 from lightning_fed.algorithms.centralized import Centralized
+from lightning_fed.algorithms.decefl import DeceFL
+from lightning_fed.algorithms.defta import DeFTA
+from lightning_fed.algorithms.dfedavgm import DFedAvgM
+from lightning_fed.algorithms.edgedrm import EdgeDRM
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.algorithms.local import LocalOnly
+from lightning_fed.algorithms.wpfed import WPFed
 
 __all__ = ["ABPS", "Algorithm", "Centralized", "FedAvg", "LocalOnly"]
+__all__ += ["DeFTA", "DeceFL", "WPFed"]
+__all__ += ["DFedAvgM", "EdgeDRM"]
+
+from lightning_fed.algorithms.feddyn import FedDyn  # noqa: E402
+from lightning_fed.algorithms.fedprox import FedProx  # noqa: E402
+from lightning_fed.algorithms.moon import MOON  # noqa: E402
+
+__all__ += ["MOON", "FedDyn", "FedProx"]
+__all__ += ["AverageVariance", "BNNFedAvg", "MixtureMoments", "VarianceRule"]

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
@@ -78,8 +79,7 @@ class ABPS(Algorithm):
         privacy: GaussianMechanism | None = None,
     ) -> None:
         super().__init__(personal_layers)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"algorithm.momentum must be in [0, 1), got {momentum}")
+        self.update_momentum = UpdateMomentum(momentum)
         self.selector = selector if selector is not None else BayesianSelector()
         self.credit = shapley if shapley is not None else ShapleyCredit()
         self.momentum = float(momentum)
@@ -91,7 +91,7 @@ class ABPS(Algorithm):
         self.metadata = data.metadata()
         self.published = self.selector.filter is None
         self.selector.setup(self.metadata, seed)
-        self.buffers: dict[str, Tensor] = {}
+        self.update_momentum = UpdateMomentum(self.momentum)
         self.last_partners: list[list[int]] = [[] for _ in range(self.num_centers)]
         self.rested_center_rounds = 0
         self.bytes_saved_by_rest = 0
@@ -179,13 +179,7 @@ class ABPS(Algorithm):
             mixed = own * (n / total).to(dev, dt).view(view)
             edge_w = (n[src] / total[dst]).to(dev, dt).view(view)
             mixed = mixed.index_add(0, dst.to(dev), received[name] * edge_w)
-            if self.momentum:
-                buf = self.buffers.setdefault(name, torch.zeros_like(own))
-                keep = active.to(dev).view(view)
-                new_buf = self.momentum * buf + (1.0 - self.momentum) * (mixed - own)
-                buf.copy_(torch.where(keep, new_buf, buf))
-                mixed = torch.where(keep, own + buf, own)
-            out[name] = mixed
+            out[name] = self.update_momentum.apply(name, own, mixed, active)
         return out
 
     def _book(self, partners: list[list[int]], wire: Wire, shared: dict[str, Tensor]) -> None:
@@ -219,7 +213,7 @@ class ABPS(Algorithm):
     def state_dict(self) -> dict[str, Any]:
         return {
             "selector": self.selector.state_dict(),
-            "buffers": {n: b.clone() for n, b in self.buffers.items()},
+            "buffers": self.update_momentum.state_dict(),
             "published": self.published,
             "counters": (
                 self.rested_center_rounds,
@@ -232,7 +226,7 @@ class ABPS(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
-        self.buffers = {n: b.clone() for n, b in state["buffers"].items()}
+        self.update_momentum.load_state_dict(state["buffers"])
         self.published = state["published"]
         self.rested_center_rounds, self.bytes_saved_by_rest, self.partner_total, self.rounds_seen = state[
             "counters"

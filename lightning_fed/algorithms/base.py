@@ -15,8 +15,9 @@ from torch import Tensor
 
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule
-from lightning_fed.types import RoundContext
+from lightning_fed.types import FinishContext, RoundContext
 
 __all__ = ["Algorithm"]
 
@@ -59,9 +60,21 @@ class Algorithm(ABC):
         """Which centers' training rows each model trains on (default: one model per center)."""
         return [[c] for c in range(data.num_centers)]
 
+    def local_term(self) -> LocalTerm | None:
+        """An extra term of every center's local loss (FedProx, FedDyn, MOON); None by default.
+
+        Called once, after :meth:`setup`; the engine adds the term in every local step.
+        """
+        return None
+
     @abstractmethod
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         """Exchange over ``wire`` and return the new stacked parameters (all names, center order)."""
+
+    def finish(self, ctx: FinishContext) -> dict[str, Tensor]:
+        """After the last round, before evaluation: a final stage (EdgeDRM's stage II); returns the
+        final stacked parameters (default: ``ctx.params`` unchanged)."""
+        return ctx.params
 
     def round_stats(self) -> dict[str, float]:
         """Scalars about the last round's decisions (e.g. isolation rate); logged per round."""

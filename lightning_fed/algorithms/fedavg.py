@@ -11,25 +11,52 @@ keeps its parameters and nothing is booked for it. The server validates every up
 (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`, reference: the median upload norm) and
 averages the accepted ones with weights renormalized over them, ``n_j / sum_{k accepted} n_k``;
 a center that rejects the download keeps its own parameters. With nothing accepted, nothing is
-sent back and every center keeps its parameters.
+sent back and every center keeps its parameters. With ``momentum`` beta > 0 a center that takes the
+download moves by the EMA of its aggregated updates instead (FedAvg-X, the paper's fair comparator
+for ABPS-X).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import sample_weights, weighted_average
+from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
+from lightning_fed.models.base import CenterModule
 from lightning_fed.types import RoundContext
 
 __all__ = ["FedAvg"]
 
 
 class FedAvg(Algorithm):
-    """Sample-weighted averaging of the available centers' shared parameters through a server."""
+    """Sample-weighted averaging of the available centers' shared parameters through a server.
+
+    Args:
+        personal_layers: Head layers kept local (0 shares everything; FedAvg+P uses 1 or 2).
+        momentum: Server-side EMA weight on each center's aggregated update
+            (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`; FedAvg-X: 0.5).
+    """
+
+    def __init__(self, personal_layers: int = 0, momentum: float = 0.0) -> None:
+        super().__init__(personal_layers)
+        self.update_momentum = UpdateMomentum(momentum)
+
+    def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
+        super().setup(data, module, seed)
+        self.update_momentum = UpdateMomentum(self.update_momentum.beta)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"momentum": self.update_momentum.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.update_momentum.load_state_dict(state.get("momentum", {}))
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
@@ -48,15 +75,27 @@ class FedAvg(Algorithm):
         if not bool(accepted.all()):
             keep = torch.nonzero(accepted).reshape(-1)
             uploaded = {n: t.index_select(0, keep.to(t.device)) for n, t in uploaded.items()}
-        average = weighted_average(uploaded, sample_weights(self.n_train[centers][accepted]))
+        average = self.server_model(uploaded, centers[accepted], ctx)
         downloaded = wire.send(average, server, centers, ctx.round)
         take = wire.accept(downloaded, shared, ctx.round)
-        if bool(available.all()) and bool(take.all()):
-            out.update({n: t.expand_as(params[n]).clone() for n, t in downloaded.items()})
-            return out
-        rows = centers[take]
+        active = torch.zeros(self.num_centers, dtype=torch.bool)
+        active[centers[take]] = True
         for n, t in downloaded.items():
-            new = params[n].clone()
-            new[rows.to(new.device)] = t.expand(len(rows), *t.shape[1:]).to(new.dtype)
-            out[n] = new
+            out[n] = self.update_momentum.apply(
+                n, params[n], t.expand_as(params[n]).to(params[n].dtype), active
+            )
         return out
+
+    def server_model(
+        self, uploaded: dict[str, Tensor], senders: Tensor, ctx: RoundContext
+    ) -> dict[str, Tensor]:
+        """The model the server sends back ``{name: [1, ...]}`` from the accepted uploads ``[m, ...]``.
+
+        FedAvg: ``sum_j (n_j / sum_k n_k) theta_j`` over the senders (FedDyn overrides this).
+
+        Args:
+            uploaded: Decoded uploads of the accepted senders, stacked in ``senders`` order.
+            senders: Center ids ``[m]`` of those uploads.
+            ctx: The round.
+        """
+        return weighted_average(uploaded, sample_weights(self.n_train[senders]))

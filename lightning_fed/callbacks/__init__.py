@@ -3,7 +3,8 @@
 from lightning_fed.callbacks.base import Callback
 from lightning_fed.callbacks.checkpoint import Checkpoint
 from lightning_fed.callbacks.early_stopping import EarlyStopping
+from lightning_fed.callbacks.partner_history import PartnerHistory
 from lightning_fed.callbacks.progress import ProgressBar
 from lightning_fed.callbacks.rounds import RoundsWriter
 
-__all__ = ["Callback", "Checkpoint", "EarlyStopping", "ProgressBar", "RoundsWriter"]
+__all__ = ["Callback", "Checkpoint", "EarlyStopping", "PartnerHistory", "ProgressBar", "RoundsWriter"]

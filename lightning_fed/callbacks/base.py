@@ -7,6 +7,7 @@ by ``class_path``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from lightning_fed.types import RoundResult
@@ -17,6 +18,9 @@ __all__ = ["Callback"]
 class Callback:
     """Base class of observers; every hook is optional."""
 
+    def setup_run_dir(self, run_dir: Path) -> None:
+        """Told the run folder by ``lightning-fed fit`` before training (for callbacks that write there)."""
+
     def on_fit_start(self, federation: Any) -> None:
         """Before the first round (also after a resume)."""
 
@@ -25,6 +29,9 @@ class Callback:
 
     def on_round_end(self, federation: Any, result: RoundResult) -> None:
         """After evaluation of a round; may set ``federation.should_stop``."""
+
+    def on_finish_log(self, federation: Any, scalars: dict[str, float]) -> None:
+        """Progress of the algorithm's final stage (e.g. EdgeDRM stage II), once per epoch of it."""
 
     def on_train_end(self, federation: Any) -> None:
         """After the last round, before the summary (e.g. restore the best parameters)."""

@@ -5,6 +5,10 @@ as ABPS posteriors and momentum buffers, the ledger, the round index) and the st
 stateful observer (early stopping), so ``lightning-fed fit --resume RUN_DIR`` continues exactly
 where the last checkpoint left off: every random draw derives from (seed, purpose, round), so
 no generator state needs saving.
+
+Under DDP the state is gathered on every rank (``federation.state_dict()`` is a collective there:
+the engine gathers every shard's optimizer state), and only rank 0 writes the file, in the
+one-process layout, so a checkpoint resumes with any number of processes.
 """
 
 from __future__ import annotations
@@ -38,10 +42,12 @@ class Checkpoint(Callback):
         self.stateful = [cb for cb in stateful if hasattr(cb, "state_dict")]
 
     def _save(self, federation: Any) -> None:
-        save_torch(
-            self.path,
-            {"federation": federation.state_dict(), "callbacks": [cb.state_dict() for cb in self.stateful]},
-        )
+        state = {
+            "federation": federation.state_dict(),
+            "callbacks": [cb.state_dict() for cb in self.stateful],
+        }
+        if federation.fabric.is_global_zero:
+            save_torch(self.path, state)
 
     def on_round_end(self, federation: Any, result: RoundResult) -> None:
         if self.every and (result.round + 1) % self.every == 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -17,6 +18,8 @@ __all__ = ["ProgressBar"]
 class ProgressBar(Callback):
     """Show per-round progress (round, mean validation AUROC, cumulative MB, algorithm statistics).
 
+    Under DDP only rank 0 shows the bar.
+
     Args:
         enabled: Turn the bar off (e.g. in sweeps that log to W&B only).
     """
@@ -24,9 +27,10 @@ class ProgressBar(Callback):
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.bar: tqdm | None = None
+        self._last_refresh = 0.0
 
     def on_fit_start(self, federation: Any) -> None:
-        if self.enabled:
+        if self.enabled and federation.fabric.is_global_zero:
             self.bar = tqdm(
                 total=federation.trainer.rounds,
                 initial=federation.round,
@@ -44,6 +48,15 @@ class ProgressBar(Callback):
         postfix.update({k: f"{v:.3g}" for k, v in result.stats.items() if not k.startswith("seconds")})
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
+
+    def on_finish_log(self, federation: Any, scalars: dict[str, float]) -> None:
+        if self.bar is None:
+            return
+        now = time.monotonic()
+        if now - self._last_refresh >= 1.0:  # a final stage may log hundreds of epochs a second
+            self.bar.set_description("final stage")
+            self.bar.set_postfix({k: f"{v:.4g}" for k, v in scalars.items()}, refresh=True)
+            self._last_refresh = now
 
     def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
         if self.bar is not None:

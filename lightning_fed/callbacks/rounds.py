@@ -20,6 +20,8 @@ class RoundsWriter(Callback):
     Rewriting each round (atomically; ~230 rows a round) keeps the file complete after a kill; a
     resumed run keeps the rows of the rounds before its checkpoint and appends from there.
 
+    Under DDP every rank collects the rows (they are identical) and only rank 0 writes the file.
+
     Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges
     touching the center), plus the round's algorithm statistics (same value for every center).
 
@@ -48,7 +50,8 @@ class RoundsWriter(Callback):
         }
         columns.update({k: [float(v)] * c for k, v in result.stats.items()})
         self.frames.append(pl.DataFrame(columns))
-        self._write()
+        if federation.fabric.is_global_zero:
+            self._write()
 
     def _write(self) -> None:
         frame = pl.concat(self.frames, how="diagonal_relaxed")

@@ -129,11 +129,13 @@ class FederatedData:
         centers: The centers.
         feature_names: Column names of every center's ``x`` (missingness indicators included).
         dropped_centers: Names of the groups left out for having fewer than ``min_center_size`` rows.
+        num_classes: Number of label classes ``K`` (2 for binary tables; labels are ``0., ..., K-1``).
     """
 
     centers: tuple[CenterData, ...]
     feature_names: tuple[str, ...]
     dropped_centers: tuple[str, ...] = ()
+    num_classes: int = 2
 
     def __post_init__(self) -> None:
         if not self.centers:
@@ -362,5 +364,8 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
         for c in data.centers
     )
     return FederatedData(
-        centers=centers, feature_names=data.feature_names, dropped_centers=data.dropped_centers
+        centers=centers,
+        feature_names=data.feature_names,
+        dropped_centers=data.dropped_centers,
+        num_classes=data.num_classes,
     )

@@ -17,9 +17,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.models.base import CenterModule
+from lightning_fed.engine.objective import LocalTerm
+from lightning_fed.models.base import CenterModule, RowStreams
 
-__all__ = ["Engine", "TrainSet"]
+__all__ = ["Engine", "ForwardFeatures", "TrainSet", "packed_features", "packed_logits"]
 
 #: One center's (or training group's) training rows: features ``[n, F]`` and labels ``[n]``.
 TrainSet = tuple[Tensor, Tensor]
@@ -46,6 +47,7 @@ class Engine(ABC):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        local_term: LocalTerm | None = None,
     ) -> None:
         """Copy ``module``'s (already initialized) parameters to every model and index the data.
 
@@ -58,8 +60,16 @@ class Engine(ABC):
             device: Where the stacked tensors live.
             dtype: Parameter and feature dtype.
             autocast: Context manager for mixed precision; ``nullcontext`` when there is none.
+            local_term: Extra term of every center's local loss (FedProx, FedDyn, MOON), or None.
         """
+        has_features = type(module).forward_features is not CenterModule.forward_features
+        if local_term is not None and local_term.needs_features and not has_features:
+            raise ValueError(
+                f"model: {type(module).__name__} has no forward_features(x) -> (logits, representation); "
+                f"{type(local_term).__name__} needs the model's representation (use a model that has one)"
+            )
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
+        self.local_term = local_term
         self.device, self.autocast = torch.device(device), autocast
         self.num_models = len(train)
         self._build(train, dtype)
@@ -101,7 +111,7 @@ class Engine(ABC):
 
 
 def packed_logits(
-    module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None
+    module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
 ) -> Tensor:
     """``module.packed_forward`` when the module has one, else ``vmap`` over ``functional_call``.
 
@@ -115,3 +125,29 @@ def packed_logits(
         return torch.func.functional_call(module, p, (xb,))
 
     return torch.vmap(single, randomness="different")(params, x)
+
+
+class ForwardFeatures(torch.nn.Module):
+    """Wraps a module so that ``forward`` is its ``forward_features`` (for ``functional_call``)."""
+
+    def __init__(self, module: CenterModule) -> None:
+        super().__init__()
+        self.m = module
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        return self.m.forward_features(x)
+
+
+def packed_features(
+    module: CenterModule, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
+) -> tuple[Tensor, Tensor]:
+    """Logits ``[k, B]`` and representations ``[k, B, H]``: ``packed_forward_features`` or ``vmap``."""
+    if module.has_packed_forward_features:
+        return module.packed_forward_features(params, x, generator)
+    wrapper = ForwardFeatures(module)
+    prefixed = {f"m.{n}": t for n, t in params.items()}
+
+    def single(p: dict[str, Tensor], xb: Tensor) -> tuple[Tensor, Tensor]:
+        return torch.func.functional_call(wrapper, p, (xb,))
+
+    return torch.vmap(single, randomness="different")(prefixed, x)

@@ -9,6 +9,14 @@ exactly the one it would get alone. Each active center steps its own functional 
 (:mod:`lightning_fed.engine.optim`); inactive centers do not step. Batch order comes from
 :mod:`lightning_fed.engine.schedule`, shared with the sequential engine.
 
+Every random draw of a center is keyed by its center id: its batch order by ``(seed, "batches",
+round, center)`` and its dropout masks by its own stream ``(seed, "dropout", round, center)``
+(:class:`CenterStreams`), consumed in step order. So a center trains to the same bits whichever
+centers it is packed with: an engine over a shard of the centers (``center_ids``, one shard per
+process under DDP, :mod:`lightning_fed.distributed`) reproduces those centers of the whole-federation
+engine exactly. One generator per center costs one small ``randint`` call per active center and layer
+per step; ``benchmarks/scale.py --masks`` measures it side by side with one shared generator.
+
 Divergence is contained per center: a center whose loss turns non-finite in any step of the round
 (or whose parameters end the round non-finite) gets its parameters and optimizer state restored to
 their values before the round, so its remaining steps of the round have no effect; its reported
@@ -18,23 +26,97 @@ computation (per-center losses, gradients and optimizer steps), so the others ar
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from lightning_fed.engine.base import Engine, TrainSet, packed_logits
+from lightning_fed.engine.base import Engine, TrainSet, packed_features, packed_logits
+from lightning_fed.engine.objective import LocalTerm, TermBatch
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
+from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed, torch_generator
 
-__all__ = ["PackedEngine"]
+__all__ = ["CenterStreams", "PackedEngine"]
+
+
+class CenterStreams:
+    """One round's dropout streams: stream ``p`` is center ``centers[p]``'s own generator.
+
+    Row ``p`` of every draw comes from center ``centers[p]``'s generator, seeded by
+    ``derive_seed(seed, "dropout", round, centers[p])``; the packed engine lists centers in its
+    prefix order, so the first ``k`` rows are the ``k`` centers active at a step.
+
+    Args:
+        seed: The run seed.
+        round_idx: The round.
+        centers: Global center ids, in the order of the rows of the packed tensors.
+        device: Where the draws are made.
+    """
+
+    def __init__(self, seed: int, round_idx: int, centers: Sequence[int], device: torch.device) -> None:
+        self.generators = [
+            torch_generator(seed, "dropout", round_idx, int(c), device=device) for c in centers
+        ]
+        self.device = device
+        self._buffer = torch.empty(0, dtype=torch.int64, device=device)
+
+    def words(self, rows: int, count: int) -> Tensor:
+        """Random int64 ``[rows, count]``: row ``p`` is the next ``count`` words of stream ``p``.
+
+        The buffer is reused between calls (callers turn the words into a mask right away).
+        """
+        if rows > len(self.generators):
+            raise ValueError(f"{rows} rows requested but only {len(self.generators)} center streams")
+        if self._buffer.numel() < rows * count:
+            self._buffer = torch.empty(rows * count, dtype=torch.int64, device=self.device)
+        out = self._buffer[: rows * count].view(rows, count)
+        for p in range(rows):
+            torch.randint(-(2**63), 2**63 - 1, (count,), generator=self.generators[p], out=out[p])
+        return out
 
 
 class PackedEngine(Engine):
-    """Train every center in one batched computation (prefix schedule, vmap or ``packed_forward``)."""
+    """Train every center in one batched computation (prefix schedule, vmap or ``packed_forward``).
+
+    :meth:`setup` takes one extra, optional argument, ``center_ids``: the global center id of each
+    trained model (default ``0..C-1``), which keys its batch order and dropout stream.
+    """
+
+    def setup(
+        self,
+        module: CenterModule,
+        train: Sequence[TrainSet],
+        *,
+        batch_size: int,
+        epochs: int,
+        seed: int,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
+        local_term: LocalTerm | None = None,
+        center_ids: Sequence[int] | None = None,
+    ) -> None:
+        """See :meth:`Engine.setup <lightning_fed.engine.base.Engine.setup>`; ``center_ids``: the global
+        id of each model in ``train`` (a shard of a larger federation), default ``0..len(train)-1``."""
+        ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
+        if len(ids) != len(train):
+            raise ValueError(f"center_ids has {len(ids)} ids for {len(train)} training sets")
+        self.center_ids = torch.tensor(ids, dtype=torch.int64)
+        super().setup(
+            module,
+            train,
+            batch_size=batch_size,
+            epochs=epochs,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            autocast=autocast,
+            local_term=local_term,
+        )
 
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         # Mixed precision needs autocast, which only the autograd path honours: callers pass
@@ -50,7 +132,7 @@ class PackedEngine(Engine):
         xs = [train[int(c)][0] for c in self.order]
         ys = [train[int(c)][1] for c in self.order]
         # One padding row at the end: padded batch slots point at it and are masked out.
-        self.x = torch.cat([*xs, xs[0].new_zeros(1, xs[0].shape[1])]).to(self.device, dtype)
+        self.x = torch.cat([*xs, xs[0].new_zeros(1, *xs[0].shape[1:])]).to(self.device, dtype)
         self.y = torch.cat([*ys, ys[0].new_zeros(1)]).to(self.device, dtype)
         self.pad_row = self.x.shape[0] - 1
         self.offsets = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.sizes[:-1]]), 0)
@@ -69,6 +151,13 @@ class PackedEngine(Engine):
         self.optimizer: StackedOptimizer = stacked_optimizer_for(self.module.configure_optimizers())
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
         self.grad = torch.zeros_like(self.flat)
+        # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
+        self.fast_path = (
+            self.module.has_packed_loss_grad
+            and not self.autocast_enabled
+            and self.local_term is None
+            and not self.module.has_penalty
+        )
         self._saved: tuple[Tensor, dict[str, Tensor]] | None = (
             None  # round-start snapshot buffers  # reused every step (fresh buffers cost page faults)
         )
@@ -82,7 +171,7 @@ class PackedEngine(Engine):
         idx = torch.full(
             (self.num_models, int(self.steps[0]), self.batch_size), self.pad_row, dtype=torch.int64
         )
-        for p, c in enumerate(self.order.tolist()):
+        for p, c in enumerate(self.center_ids[self.order].tolist()):
             b = center_batches(int(self.sizes[p]), self.batch_size, self.epochs, self.seed, round_idx, c)
             idx[p, : b.shape[0]] = torch.where(b >= 0, b + self.offsets[p], self.pad_row)
         return idx.to(self.device)
@@ -94,7 +183,7 @@ class PackedEngine(Engine):
         idx = self._round_index(round_idx)
         before = self._snapshot()
         self.module.train()
-        gen = torch_generator(self.seed, "dropout", round_idx, device=self.device)
+        gen = CenterStreams(self.seed, round_idx, self.center_ids[self.order].tolist(), self.device)
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, "dropout-vmap", round_idx))
@@ -102,13 +191,13 @@ class PackedEngine(Engine):
                 rows = idx[:k, s]
                 xb, yb = self.x[rows], self.y[rows]
                 mask = (rows != self.pad_row).to(xb.dtype)
-                if self.module.has_packed_loss_grad and not self.autocast_enabled:
+                if self.fast_path:
                     grad = self.grad[:k]
                     per_center = self.module.packed_loss_grad(
                         self._views(self.flat[:k]), xb, yb, mask, gen, self._views(grad)
                     )
                 else:
-                    per_center, grad = self._autograd_step(k, xb, yb, mask, gen)
+                    per_center, grad = self._autograd_step(k, xb, yb, mask, gen, before[0])
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
         loss = loss_sum / self.steps.to(loss_sum)
@@ -140,18 +229,49 @@ class PackedEngine(Engine):
         self.last_diverged = bad.index_select(0, self.inverse.to(self.device)).cpu()
 
     def _autograd_step(
-        self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, gen: torch.Generator
+        self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, gen: CenterStreams, start: Tensor
     ) -> tuple[Tensor, Tensor]:
-        """Per-center loss and flat gradient ``[k, D]`` through autograd (any module)."""
+        """Per-center loss and flat gradient ``[k, D]`` through autograd (any module, any term).
+
+        ``start`` is the round-start ``[C, D]`` buffer (sorted order): the model each center
+        received, which local terms such as FedProx's proximal term pull towards.
+        """
         leaf = self.flat[:k].detach().requires_grad_(True)
+        params = self._views(leaf)
+        term = self.local_term
+        features = None
         with self.autocast():
-            logits = packed_logits(self.module, self._views(leaf), xb, gen)
-        per_row = torch.nn.functional.binary_cross_entropy_with_logits(
-            logits.to(yb.dtype), yb, reduction="none"
-        )
+            if term is not None and term.needs_features:
+                logits, features = packed_features(self.module, params, xb, gen)
+            else:
+                logits = packed_logits(self.module, params, xb, gen)
+        per_row = self.module.loss_rows(logits.to(yb.dtype), yb)
         per_center = (per_row * mask).sum(1) / mask.sum(1)
+        if self.module.has_penalty:
+            per_center = per_center + self.module.penalty(params, self.sizes[:k].to(self.device))
+        if term is not None:
+            batch = TermBatch(
+                params=params,
+                start=self._views(start[:k]),
+                centers=self.center_ids[self.order[:k]],
+                x=xb,
+                mask=mask,
+                features=features,
+                features_fn=self._reference_features,
+            )
+            per_center = per_center + term.loss(batch)
         (grad,) = torch.autograd.grad(per_center.sum(), [leaf])
         return per_center.detach(), grad
+
+    @torch.no_grad()
+    def _reference_features(self, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        """Representations of reference models (eval mode, no dropout) for local terms."""
+        self.module.eval()
+        try:
+            with self.autocast():
+                return packed_features(self.module, params, x, None)[1]
+        finally:
+            self.module.train()
 
     def get_params(self) -> dict[str, Tensor]:
         return self._views(self.flat.index_select(0, self.inverse.to(self.device)))

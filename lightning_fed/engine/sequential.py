@@ -19,7 +19,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.engine.base import Engine, TrainSet
+from lightning_fed.engine.base import Engine, ForwardFeatures, TrainSet
+from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import _only_optimizer
 from lightning_fed.engine.schedule import center_batches
 from lightning_fed.seeding import derive_seed
@@ -45,14 +46,13 @@ class SequentialEngine(Engine):
             model.train()
             before = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
             batches = center_batches(len(y), self.batch_size, self.epochs, self.seed, round_idx, c)
+            start = {n: p.detach().clone().unsqueeze(0) for n, p in model.named_parameters()}
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                 torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, c))
                 for b in batches:
                     rows = b[b >= 0].to(self.device)
                     opt.zero_grad(set_to_none=True)
-                    with self.autocast():
-                        logits = model(x[rows])
-                    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits.to(y.dtype), y[rows])
+                    loss = self._loss(model, c, x[rows], y[rows], start)
                     if not bool(torch.isfinite(loss)):
                         model.load_state_dict(before[0])
                         opt.load_state_dict(before[1])
@@ -63,6 +63,47 @@ class SequentialEngine(Engine):
                     losses[c] += loss.item()
             losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
         return losses
+
+    def _loss(
+        self, model: torch.nn.Module, c: int, xb: Tensor, yb: Tensor, start: dict[str, Tensor]
+    ) -> Tensor:
+        """Center ``c``'s loss on one batch: mean task loss + model penalty + local term."""
+        term = self.local_term
+        features = None
+        with self.autocast():
+            if term is not None and term.needs_features:
+                logits, features = model.forward_features(xb)
+            else:
+                logits = model(xb)
+        loss = model.loss_rows(logits.to(yb.dtype), yb).mean()
+        if model.has_penalty or term is not None:
+            params = {n: p.unsqueeze(0) for n, p in model.named_parameters()}
+        if model.has_penalty:
+            loss = loss + model.penalty(params, torch.tensor([len(self.data[c][1])], device=self.device))[0]
+        if term is not None:
+            batch = TermBatch(
+                params=params,
+                start=start,
+                centers=torch.tensor([c]),
+                x=xb.unsqueeze(0),
+                mask=torch.ones(1, len(yb), dtype=yb.dtype, device=self.device),
+                features=None if features is None else features.unsqueeze(0),
+                features_fn=lambda p, x: self._reference_features(model, p, x),
+            )
+            loss = loss + term.loss(batch)[0]
+        return loss
+
+    @torch.no_grad()
+    def _reference_features(self, model: torch.nn.Module, params: dict[str, Tensor], x: Tensor) -> Tensor:
+        """Representations ``[1, B, H]`` of a reference model (eval mode, no dropout) on ``x [1, B, ...]``."""
+        model.eval()
+        try:
+            single = {f"m.{n}": t[0] for n, t in params.items()}
+            with self.autocast():
+                _, feats = torch.func.functional_call(ForwardFeatures(model), single, (x[0],))
+            return feats.unsqueeze(0)
+        finally:
+            model.train()
 
     def get_params(self) -> dict[str, Tensor]:
         names = [n for n, _ in self.module.named_parameters()]

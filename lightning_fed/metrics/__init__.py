@@ -2,6 +2,12 @@
 
 from lightning_fed.metrics.auroc import CenterAUROC, batched_auroc, pooled_auroc
 from lightning_fed.metrics.balanced_accuracy import BalancedAccuracy, balanced_accuracy
+from lightning_fed.metrics.batched import (
+    batched_accuracy,
+    batched_balanced_accuracy,
+    batched_macro_auroc,
+    predicted_class,
+)
 from lightning_fed.metrics.summary import MetricSummary, summarize
 
 __all__ = [
@@ -9,7 +15,11 @@ __all__ = [
     "CenterAUROC",
     "MetricSummary",
     "balanced_accuracy",
+    "batched_accuracy",
     "batched_auroc",
+    "batched_balanced_accuracy",
+    "batched_macro_auroc",
     "pooled_auroc",
+    "predicted_class",
     "summarize",
 ]

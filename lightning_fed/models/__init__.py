@@ -1,6 +1,10 @@
 """Per-center models (LightningModules the engines pack)."""
 
 from lightning_fed.models.base import CenterModule
+from lightning_fed.models.bayes_mlp import BayesianMLP
+from lightning_fed.models.cnn import ImageClassifier, SmallCNN
 from lightning_fed.models.mlp import MortalityMLP
+from lightning_fed.models.resnet import ResNet18GN
 
-__all__ = ["CenterModule", "MortalityMLP"]
+__all__ = ["CenterModule", "ImageClassifier", "MortalityMLP", "ResNet18GN", "SmallCNN"]
+__all__ += ["BayesianMLP"]

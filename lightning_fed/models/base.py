@@ -8,7 +8,12 @@ which ``benchmarks/engine.py`` uses as a baseline) plus three things the federat
   algorithm can keep them local (ABPS Sec. 6.4, extension P);
 * optionally :meth:`CenterModule.packed_forward`, a forward over ``k`` stacked parameter sets at
   once. The packed engine uses it when present and otherwise falls back to
-  ``torch.vmap(torch.func.functional_call)``; both are tested against the sequential engine.
+  ``torch.vmap(torch.func.functional_call)``; both are tested against the sequential engine;
+* :meth:`CenterModule.loss_rows`, the per-row task loss (BCE on logits here; cross-entropy for the
+  image models);
+* optionally :meth:`CenterModule.forward_features` (logits and the representation, for MOON's
+  contrastive term) and :meth:`CenterModule.penalty` (a parameter-only term of the loss, e.g. a
+  Bayesian model's KL divergence).
 
 The optimizer is whatever :meth:`configure_optimizers` returns (Lightning's convention); the
 packed engine reads its hyperparameters and runs the same update functionally on stacked tensors.
@@ -17,12 +22,27 @@ packed engine reads its hyperparameters and runs the same update functionally on
 from __future__ import annotations
 
 from abc import abstractmethod
+from typing import Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from torch import Tensor
 
-__all__ = ["CenterModule"]
+__all__ = ["CenterModule", "RowStreams"]
+
+
+@runtime_checkable
+class RowStreams(Protocol):
+    """Independent random streams, one per leading row of a packed tensor (one per center).
+
+    The packed engine passes these (:class:`~lightning_fed.engine.packed.CenterStreams`) as the
+    ``generator`` of the packed methods, so a center's random draws do not depend on which other
+    centers (or processes) it is packed with.
+    """
+
+    def words(self, rows: int, count: int) -> Tensor:
+        """Random int64 ``[rows, count]``, row ``c`` the next ``count`` words of stream ``c``."""
+        ...
 
 
 class CenterModule(L.LightningModule):
@@ -37,7 +57,7 @@ class CenterModule(L.LightningModule):
         """Names of the parameters of the last ``layers`` layers (the personalizable head)."""
 
     def packed_forward(
-        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None
+        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
     ) -> Tensor:
         """Forward ``k`` stacked parameter sets on ``x`` of shape ``[k, B, F]``; returns ``[k, B]``.
 
@@ -52,7 +72,7 @@ class CenterModule(L.LightningModule):
         x: Tensor,
         y: Tensor,
         mask: Tensor,
-        generator: torch.Generator | None,
+        generator: torch.Generator | RowStreams | None,
         grads: dict[str, Tensor],
     ) -> Tensor:
         """Optional fast path: per-center mean BCE loss ``[k]`` and its gradients, without autograd.
@@ -63,6 +83,52 @@ class CenterModule(L.LightningModule):
         :meth:`packed_forward`; tests pin the two against each other.
         """
         raise NotImplementedError
+
+    def loss_rows(self, logits: Tensor, y: Tensor) -> Tensor:
+        """Per-row task loss, same shape as ``y``: BCE on logits (binary labels 0./1.).
+
+        Multi-class models override this (cross-entropy with ``y`` holding class ids as floats).
+        """
+        return torch.nn.functional.binary_cross_entropy_with_logits(logits.to(y.dtype), y, reduction="none")
+
+    def forward_features(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits and the representation ``[n, H]`` the head reads (MOON's ``z``).
+
+        Raises:
+            NotImplementedError: The model exposes no representation (MOON cannot use it).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no forward_features(x) -> (logits, representation); "
+            "methods with a representation-level loss (MOON) need one"
+        )
+
+    def packed_forward_features(
+        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
+    ) -> tuple[Tensor, Tensor]:
+        """Packed :meth:`forward_features`: logits ``[k, B]`` and representations ``[k, B, H]``.
+
+        Optional; without it the engines ``vmap`` :meth:`forward_features`.
+        """
+        raise NotImplementedError
+
+    def penalty(self, params: dict[str, Tensor], n_train: Tensor) -> Tensor:
+        """Optional parameter-only loss term per stacked model ``[k]`` (e.g. KL / n for a BNN).
+
+        Args:
+            params: Stacked parameters ``{name: [k, ...]}``.
+            n_train: Training-set size of each of the ``k`` models (int64 ``[k]``).
+        """
+        raise NotImplementedError
+
+    @property
+    def has_penalty(self) -> bool:
+        """Whether the subclass adds a :meth:`penalty` to its loss."""
+        return type(self).penalty is not CenterModule.penalty
+
+    @property
+    def has_packed_forward_features(self) -> bool:
+        """Whether the subclass provides its own :meth:`packed_forward_features`."""
+        return type(self).packed_forward_features is not CenterModule.packed_forward_features
 
     @property
     def has_packed_loss_grad(self) -> bool:
@@ -76,6 +142,6 @@ class CenterModule(L.LightningModule):
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         x, y = batch
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(self(x), y)
+        loss = self.loss_rows(self(x), y).mean()
         self.log("train_loss", loss, prog_bar=False)
         return loss

@@ -3,38 +3,80 @@
 Trained with BCE on logits and Adam (lr 1e-3, weight decay 1e-5). :meth:`MortalityMLP.packed_forward`
 runs ``k`` centers at once with batched matrix multiplies (``baddbmm``), which measured faster on
 CPU than ``vmap`` over ``functional_call`` (PERFORMANCE_NOTES.md); dropout masks are drawn per center
-from the engine's seeded generator, so centers get independent masks.
+from the engine's per-center seeded streams, so centers get independent masks and a center's masks
+are the same whichever centers (or processes) it is packed with.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.models.base import CenterModule
+from lightning_fed.models.base import CenterModule, RowStreams
 
-__all__ = ["MortalityMLP", "dropout_mask"]
+__all__ = ["MortalityMLP", "RowStreams", "dropout_mask"]
 
 _INT16_LEVELS = 1 << 16
+#: Columns that elementwise transcendental ops (sigmoid, BCE) see per center: a multiple of every
+#: CPU vector loop's stride (2 x 16 float32 with AVX-512), so no center's entries fall in a scalar tail.
+_ROW_ALIGN = 64
 
 
-def dropout_mask(like: Tensor, p: float, generator: torch.Generator) -> Tensor:
+def _packed_linear(h: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    """``b + h W^T`` per center: ``h [k, B, in]``, ``w [k, out, in]``, ``b [k, out]`` -> ``[k, B, out]``.
+
+    A one-unit layer is computed as two units (the second with zero weights, then dropped): torch
+    computes a batched product with a single output column through kernels whose rounding depends on
+    how many centers share the call, while with two columns every center's product is bit-identical
+    whatever the number of centers. So a shard of centers trains exactly as in the whole federation
+    (:mod:`lightning_fed.distributed`); the extra column costs nothing measurable.
+    """
+    if w.shape[1] == 1:
+        w2, b2 = torch.cat([w, torch.zeros_like(w)], 1), torch.cat([b, torch.zeros_like(b)], 1)
+        return torch.baddbmm(b2.unsqueeze(1), h, w2.transpose(1, 2))[..., :1]
+    return torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+
+
+def _row_aligned(op: Callable[..., Tensor], *rows: Tensor) -> Tensor:
+    """Elementwise ``op`` on ``[k, B]`` rows, computed on rows padded to :data:`_ROW_ALIGN` columns.
+
+    Vectorized ``exp``/``log`` round differently from their scalar tail loop; with aligned rows every
+    center's entries take the vector path whatever ``k`` is (same reason as :func:`_packed_linear`).
+    """
+    width = rows[0].shape[-1]
+    pad = (-width) % _ROW_ALIGN
+    if pad == 0:
+        return op(*rows)
+    return op(*(torch.nn.functional.pad(r, (0, pad)) for r in rows))[..., :width]
+
+
+def dropout_mask(like: Tensor, p: float, generator: torch.Generator | RowStreams) -> Tensor:
     """Inverted-dropout mask ``keep / P(keep)`` shaped like ``like``, drawn cheaply from ``generator``.
 
     One 64-bit random integer gives four 16-bit uniforms, each compared with a threshold, which
     measured ~7x faster than ``bernoulli_`` on CPU (the mask RNG was 44 % of a packed round). The
     keep probability is therefore ``round((1 - p) 2^16) / 2^16`` (within 1e-5 of ``1 - p``) and the
     mask divides by exactly that, so the layer's expectation is preserved.
+
+    ``generator`` is either one ``torch.Generator`` for the whole mask, or per-row streams
+    (:class:`RowStreams`, e.g. the packed engine's per-center streams): then row ``c`` of
+    ``like`` (``like[c]``, one center's activations) is drawn from stream ``c`` alone, so a center's
+    masks do not depend on which other centers share the batch (or the process).
     """
-    n = like.numel()
     kept_levels = round((1.0 - p) * _INT16_LEVELS)
     threshold = _INT16_LEVELS // 2 - kept_levels  # P(v >= threshold) = kept_levels / 2^16
-    words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, generator=generator)
-    uniform16 = words.view(torch.int16)[:n].view(like.shape)
     scale = _INT16_LEVELS / kept_levels
+    if isinstance(generator, torch.Generator):
+        n = like.numel()
+        words = torch.randint(-(2**63), 2**63 - 1, ((n + 3) // 4,), dtype=torch.int64, generator=generator)
+        uniform16 = words.view(torch.int16)[:n].view(like.shape)
+    else:
+        rows, n = like.shape[0], like[0].numel()
+        words = generator.words(rows, (n + 3) // 4)
+        uniform16 = words.view(torch.int16)[:, :n].reshape(like.shape)
     return (uniform16 >= threshold).to(like.dtype).mul_(scale)
 
 
@@ -100,14 +142,16 @@ class MortalityMLP(CenterModule):
 
     def forward(self, x: Tensor) -> Tensor:
         """Logits ``[n]`` for inputs ``[n, F]``."""
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = nn.functional.dropout(torch.relu(x), self.dropout, self.training)
-        return x.squeeze(-1)
+        return self.forward_features(x)[0]
+
+    def forward_features(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Logits ``[n]`` and the last hidden layer's activation ``[n, H]`` (after ReLU and dropout)."""
+        for layer in self.layers[:-1]:
+            x = nn.functional.dropout(torch.relu(layer(x)), self.dropout, self.training)
+        return self.layers[-1](x).squeeze(-1), x
 
     def packed_forward(
-        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | None
+        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
     ) -> Tensor:
         """Logits ``[k, B]`` for ``k`` stacked parameter sets and inputs ``[k, B, F]``.
 
@@ -115,16 +159,21 @@ class MortalityMLP(CenterModule):
         is given, each hidden activation is multiplied by an independent inverted-dropout mask
         (:func:`dropout_mask`).
         """
+        return self.packed_forward_features(params, x, generator)[0]
+
+    def packed_forward_features(
+        self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None
+    ) -> tuple[Tensor, Tensor]:
+        """Packed logits ``[k, B]`` and last hidden activations ``[k, B, H]`` (see :meth:`packed_forward`)."""
         h = x
         last = len(self.layers) - 1
-        for i in range(len(self.layers)):
+        for i in range(last):
             w, b = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
-            h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
-            if i < last:
-                h = torch.relu(h)
-                if generator is not None and self.dropout > 0:
-                    h = h * dropout_mask(h, self.dropout, generator)
-        return h.squeeze(-1)
+            h = torch.relu(_packed_linear(h, w, b))
+            if generator is not None and self.dropout > 0:
+                h = h * dropout_mask(h, self.dropout, generator)
+        w, b = params[f"layers.{last}.weight"], params[f"layers.{last}.bias"]
+        return _packed_linear(h, w, b).squeeze(-1), h
 
     def packed_loss_grad(
         self,
@@ -132,7 +181,7 @@ class MortalityMLP(CenterModule):
         x: Tensor,
         y: Tensor,
         mask: Tensor,
-        generator: torch.Generator | None,
+        generator: torch.Generator | RowStreams | None,
         grads: dict[str, Tensor],
     ) -> Tensor:
         """Per-center mean BCE ``[k]`` and hand-derived gradients (one forward, one backward).
@@ -149,7 +198,7 @@ class MortalityMLP(CenterModule):
         h = x
         for i in range(len(self.layers)):
             w, b = params[f"layers.{i}.weight"], params[f"layers.{i}.bias"]
-            h = torch.baddbmm(b.unsqueeze(1), h, w.transpose(1, 2))
+            h = _packed_linear(h, w, b)
             if i < last:
                 gate = (h > 0).to(h.dtype)
                 if generator is not None and self.dropout > 0:
@@ -159,13 +208,19 @@ class MortalityMLP(CenterModule):
                 acts.append(h)
         logits = h.squeeze(-1)
         count = mask.sum(1)
-        per_row = torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
+        per_row = _row_aligned(
+            lambda z, t: torch.nn.functional.binary_cross_entropy_with_logits(z, t, reduction="none"),
+            logits,
+            y,
+        )
         loss = (per_row * mask).sum(1) / count
-        dz = ((torch.sigmoid(logits) - y) * mask / count.unsqueeze(1)).unsqueeze(-1)
+        dz = ((_row_aligned(torch.sigmoid, logits) - y) * mask / count.unsqueeze(1)).unsqueeze(-1)
         for i in range(last, -1, -1):
             w = params[f"layers.{i}.weight"]
-            torch.bmm(dz.transpose(1, 2), acts[i], out=grads[f"layers.{i}.weight"])
-            torch.sum(dz, dim=1, out=grads[f"layers.{i}.bias"])
+            # Computed contiguous, then copied into the strided gradient views: a bmm written
+            # straight into them picks kernels by the number of centers (see _packed_linear).
+            grads[f"layers.{i}.weight"].copy_(torch.bmm(dz.transpose(1, 2), acts[i]))
+            grads[f"layers.{i}.bias"].copy_(dz.sum(1))
             if i > 0:
                 dz = torch.bmm(dz, w).mul_(gates[i - 1])
         return loss

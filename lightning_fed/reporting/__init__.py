@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from lightning_fed.reporting.abps_plots import isolation_curve, partner_graph_plot, posterior_plot
 from lightning_fed.reporting.plots import (
     FAMILY_COLORS,
     isolation_plot,
@@ -17,17 +18,22 @@ from lightning_fed.reporting.plots import (
     pareto_front,
     pareto_plot,
 )
+from lightning_fed.reporting.referral import collect_referrals
 from lightning_fed.reporting.table import collect_runs, method_label, table1, to_markdown, write_table
 
 __all__ = [
     "FAMILY_COLORS",
+    "collect_referrals",
     "collect_runs",
+    "isolation_curve",
     "isolation_plot",
     "isolation_series",
     "method_family",
     "method_label",
     "pareto_front",
     "pareto_plot",
+    "partner_graph_plot",
+    "posterior_plot",
     "report",
     "table1",
     "to_markdown",
@@ -47,7 +53,8 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
 
     Returns:
         The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
-        (absent when no run has per-round isolation data).
+        (absent when no run has per-round isolation data), and ``referral.md`` / ``referral.csv``
+        (every run's referral table, when any run has one).
 
     Raises:
         ValueError: If ``root`` holds no run directory.
@@ -62,4 +69,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
     written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
     if isolation_series(root).height:
         written["isolation.png"] = isolation_plot(root, out / "isolation.png")
+    referrals = collect_referrals(root)
+    if referrals.height:
+        from lightning_fed.referral.refer import write_referral
+
+        written["referral.csv"], written["referral.md"] = write_referral(referrals, out)
     return written

@@ -7,7 +7,9 @@ Method families (colour), decided on the lower-cased method label, first match w
 - ``no exchange``: contains ``local`` or ``central`` (Local-only, Centralized);
 - ``goal-aware ABPS``: contains ``goal``;
 - ``ABPS``: contains ``abps``;
-- ``FedAvg-like (star)``: contains ``fedavg``, ``fedprox``, ``scaffold`` or ``star``;
+- ``FedAvg-like (star)``: contains ``fedavg``, ``fedprox``, ``feddyn``, ``moon``, ``bnn``,
+  ``scaffold`` or ``star``;
+- ``decentralized (graph)``: contains ``decefl``, ``defta``, ``wpfed`` or ``dfedavgm``;
 - ``other``: anything else.
 
 Methods that send nothing (``bytes_vs_fedavg == 0``) cannot sit on the log x axis: they are drawn
@@ -45,6 +47,7 @@ FAMILY_COLORS: dict[str, str] = {
     "FedAvg-like (star)": "tab:blue",
     "ABPS": "tab:orange",
     "goal-aware ABPS": "tab:green",
+    "decentralized (graph)": "tab:red",
     "no exchange": "tab:gray",
     "other": "tab:purple",
 }
@@ -59,8 +62,10 @@ def method_family(label: str) -> str:
         return "goal-aware ABPS"
     if "abps" in s:
         return "ABPS"
-    if any(k in s for k in ("fedavg", "fedprox", "scaffold", "star")):
+    if any(k in s for k in ("fedavg", "fedprox", "feddyn", "moon", "bnn", "scaffold", "star")):
         return "FedAvg-like (star)"
+    if any(k in s for k in ("decefl", "defta", "wpfed", "dfedavgm")):
+        return "decentralized (graph)"
     return "other"
 
 

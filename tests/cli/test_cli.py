@@ -156,14 +156,31 @@ REAL_DATA = {
 }
 
 
+FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+
+def _image_overrides(config: Path) -> list[str]:
+    """Fashion-MNIST configs: 60 images per client, 1 local epoch, a short stage II."""
+    if not FASHION_MNIST.is_dir():
+        pytest.skip(f"{FASHION_MNIST} is absent (Debian package dataset-fashion-mnist)")
+    text = config.read_text()
+    out = ["--data.init_args.max_per_client=60", "--trainer.local_epochs=1"]
+    return out + (
+        ["--algorithm.init_args.stage2_epochs=3"] if "lightning_fed.algorithms.EdgeDRM" in text else []
+    )
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_every_preset_runs_on_a_tiny_federation(tmp_path: Path, config: Path) -> None:
     """Each shipped config parses and runs end to end (synthetic ones shrunk to 10 centers, 2 rounds;
-    real-data ones on the demos in ../shared/data, skipped when absent)."""
+    image ones to 60 images per client; real-data ones on the demos in ../shared/data, skipped when
+    absent)."""
     if config.stem in REAL_DATA:
         overrides, needed = REAL_DATA[config.stem]
         if not needed.is_dir():
             pytest.skip(f"{needed} is absent (real data lives beside the repository, never in it)")
+    elif "lightning_fed.data.FashionMNIST" in config.read_text():
+        overrides = _image_overrides(config)
     else:
         overrides = ["--data.init_args.num_centers=10", "--data.init_args.num_stays=1500"]
     main(

@@ -100,3 +100,22 @@ def test_report_command_writes_table_and_plots(tmp_path: Path, capsys: pytest.Ca
         assert (tmp_path / "report" / name).stat().st_size > 0
     with pytest.raises(SystemExit):
         main(["report", str(tmp_path / "nothing-here")])
+
+
+def test_plan_marks_referral_runs_and_their_baselines(tmp_path: Path) -> None:
+    a, b = tmp_path / "local_x.yaml", tmp_path / "edgedrm_x.yaml"
+    a.write_text("seed: 0\n")
+    b.write_text("seed: 0\n")
+    runs = plan([a, b], [1, 2], tmp_path / "out", refer=["edgedrm_x"], refer_baselines=["local_x"])
+    by_name = {r.name: r for r in runs}
+    assert by_name["local_x-seed1"].refer_baselines is None
+    assert by_name["edgedrm_x-seed2"].refer_baselines == (tmp_path / "out" / "local_x-seed2",)
+    # A fitted referral run is not done until its referral table exists.
+    run = by_name["edgedrm_x-seed1"]
+    run.run_dir.mkdir(parents=True)
+    (run.run_dir / "summary.json").write_text("{}")
+    assert run.fitted and not run.done
+    (run.run_dir / "referral.csv").write_text("router\n")
+    assert run.done
+    with pytest.raises(ValueError, match="not in the sweep"):
+        plan([a, b], [1], tmp_path / "out", refer=["nope"])

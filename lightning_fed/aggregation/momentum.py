@@ -1,0 +1,52 @@
+"""Server-side EMA momentum on each center's aggregated update (ABPS-X and FedAvg-X, ABPS Sec. 6.4).
+
+For center ``i`` with own parameters ``theta_i`` and aggregated parameters ``m_i`` (what mixing
+produced), the buffer and the new parameters are
+
+    u_i <- beta u_i + (1 - beta) (m_i - theta_i),      theta_i <- theta_i + u_i,
+
+applied only to centers that aggregated this round (a resting or unavailable center keeps its
+parameters and its buffer). ``beta = 0`` is plain aggregation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fed.validation import check_number
+
+__all__ = ["UpdateMomentum"]
+
+
+class UpdateMomentum:
+    """Per-center EMA of aggregated updates.
+
+    Args:
+        beta: EMA weight in [0, 1) (0 disables; the paper's X extension uses 0.5).
+    """
+
+    def __init__(self, beta: float = 0.0) -> None:
+        beta = check_number("algorithm.momentum", beta, 0.0, strict=False)
+        if beta >= 1.0:
+            raise ValueError(f"algorithm.momentum must be in [0, 1), got {beta}")
+        self.beta = float(beta)
+        self.buffers: dict[str, Tensor] = {}
+
+    def apply(self, name: str, own: Tensor, mixed: Tensor, active: Tensor) -> Tensor:
+        """New parameters ``[C, ...]`` of tensor ``name``; ``active`` (bool ``[C]``) marks who aggregated."""
+        if not self.beta:
+            return torch.where(active.to(own.device).view(-1, *([1] * (own.dim() - 1))), mixed, own)
+        keep = active.to(own.device).view(-1, *([1] * (own.dim() - 1)))
+        buf = self.buffers.setdefault(name, torch.zeros_like(own))
+        new_buf = self.beta * buf + (1.0 - self.beta) * (mixed - own)
+        buf.copy_(torch.where(keep, new_buf, buf))
+        return torch.where(keep, own + buf, own)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {n: b.clone() for n, b in self.buffers.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.buffers = {n: b.clone() for n, b in state.items()}

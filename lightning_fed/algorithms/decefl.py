@@ -1,0 +1,105 @@
+"""DeceFL (Yuan et al. 2023, "DeceFL: a principled fully decentralized federated learning framework").
+
+Centers sit on a fixed connected graph ``G`` (:class:`~lightning_fed.graphs.Topology`, default
+RR-4) and never talk to a server. Each round every center runs its local gradient steps (the engine
+already did) and then gossips once with its neighbours through the symmetric, doubly stochastic
+Metropolis matrix (:func:`~lightning_fed.graphs.metropolis_weights`):
+
+    theta_i <- sum_j W_ij theta_j,   W_ij = 1 / (1 + max(d_i, d_j)) on edges, W_ii = 1 - sum_{j!=i} W_ij
+
+which is DeceFL's update ``x_i^{k+1} = sum_j w_ij x_j^k - eta grad f_i`` with the local steps of the
+round in place of the single gradient step. Every center sends its shared parameters to each
+neighbour (``wire.send``), so each edge carries ``2|W|`` bytes per round. Personal (head) layers,
+when configured, stay local and out of the mix.
+
+Faults: a center that is not :meth:`Wire.available <lightning_fed.comm.wire.Wire.available>` sends
+and receives nothing and keeps its parameters. A receiver validates every message (:meth:`Wire.accept
+<lightning_fed.comm.wire.Wire.accept>`, reference: its own shared parameters) and drops a rejected
+one. The Metropolis row of center ``i`` is then renormalized over what arrived, keeping the self
+weight: ``theta_i <- (W_ii theta_i + sum_{j in A_i} W_ij theta_j) / (W_ii + sum_{j in A_i} W_ij)``
+with ``A_i`` the accepted neighbours (with all of them, the denominator is 1).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
+from lightning_fed.graphs.gossip import directed_edges, exchange, mix_received
+from lightning_fed.graphs.topology import Graph, RandomRegular, Topology, metropolis_weights
+from lightning_fed.models.base import CenterModule
+from lightning_fed.types import RoundContext
+
+__all__ = ["DeceFL", "build_graph", "graph_stats"]
+
+
+def build_graph(topology: Topology, num_centers: int, seed: int) -> Graph:
+    """``topology`` built on the federation, with errors naming ``algorithm.topology``.
+
+    Raises:
+        ValueError: If the topology cannot be built on ``num_centers`` nodes or is disconnected.
+    """
+    try:
+        graph = topology.build(num_centers, seed)
+    except ValueError as err:
+        raise ValueError(f"algorithm.topology={topology!r} on data.num_centers={num_centers}: {err}") from err
+    if not graph.is_connected:
+        raise ValueError(
+            f"algorithm.topology={topology!r} is disconnected on {num_centers} centers: decentralized "
+            "averaging needs a connected graph; add edges or choose another topology"
+        )
+    return graph
+
+
+def graph_stats(graph: Graph) -> dict[str, float]:
+    """Run-summary scalars of a connected communication graph: edges, mean degree, diameter."""
+    info = graph.describe()
+    return {
+        "graph_edges": float(info["num_edges"]),
+        "graph_mean_degree": float(info["mean_degree"]),
+        "graph_diameter": float(info["diameter"]),
+    }
+
+
+class DeceFL(Algorithm):
+    """Gossip averaging with Metropolis weights on a fixed graph after every round of local steps.
+
+    Args:
+        topology: The communication graph (default :class:`~lightning_fed.graphs.RandomRegular` of
+            degree 4, the RR4 of EdgeDRM Sec. 5), built on the centers with the run seed.
+        personal_layers: Head layers kept local (0 shares everything).
+    """
+
+    def __init__(self, topology: Topology | None = None, personal_layers: int = 0) -> None:
+        super().__init__(personal_layers)
+        self.topology = topology if topology is not None else RandomRegular(4)
+
+    def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
+        super().setup(data, module, seed)
+        self.graph = build_graph(self.topology, self.num_centers, seed)
+        self.weights = metropolis_weights(self.graph)
+        self._round: dict[str, float] = {}
+
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        out = dict(params)
+        out.update(self.gossip(self.shared(params), wire, ctx.round))
+        return out
+
+    def gossip(self, shared: dict[str, Tensor], wire: Wire, round_idx: int) -> dict[str, Tensor]:
+        """One exchange of the stacked tensors ``shared`` with the graph neighbours (booked on round
+        ``round_idx``) and the renormalized Metropolis mix of what arrived (module docstring)."""
+        src, dst = directed_edges(self.graph, wire.available(round_idx, self.num_centers))
+        received, src, dst = exchange(wire, shared, src, dst, round_idx)
+        self_w = self.weights.diagonal().clone()
+        edge_w = self.weights[dst, src]
+        total = self_w.clone().index_add_(0, dst, edge_w)
+        self._round = {"mean_neighbours": len(dst) / self.num_centers}
+        return mix_received(shared, received, dst, self_w / total, edge_w / total[dst])
+
+    def round_stats(self) -> dict[str, float]:
+        return dict(self._round)
+
+    def summary_stats(self) -> dict[str, float]:
+        return graph_stats(self.graph)

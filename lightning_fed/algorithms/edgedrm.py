@@ -1,0 +1,157 @@
+"""EdgeDRM (Ma, Wang & Zhang): DFedAvgM stage I, then frozen-encoder stage II (Sec. 3.1, App. D.2).
+
+Stage I is :class:`~lightning_fed.algorithms.dfedavgm.DFedAvgM` unchanged (full-model Metropolis
+mixing with graph neighbours). :meth:`EdgeDRM.finish` runs stage II:
+
+1. every client encodes its own training rows once with its frozen encoder (``z_ur = g_{theta_u}(x_ur)``);
+2. neighbours exchange training counts ``n_u`` (for the inference prior ``log(n_j / n_i)``);
+3. heads and potentials ``(b_u, theta_u)`` are fitted with the balanced endpoint objective
+   ``sum_u [lambda T_u + kappa sum_{v in N(u)} L_uv^(u)]``, ``kappa = m(1 - lambda)/(2|E|)``
+   (:mod:`lightning_fed.referral.stage2`); per epoch each client sends its potential to each neighbour
+   and gets back the gradient of the neighbour's endpoint term with respect to it (App. B.4, ``G_i``);
+4. final potentials are published to neighbours.
+
+All stage-II messages are booked on the ledger at round ``ctx.round`` with the bytes the wire's hook
+encodes (:meth:`Wire.message_bytes <lightning_fed.comm.wire.Wire.message_bytes>`); the simulation
+computes the edge terms from the exact endpoint values. Potentials and counts live in
+:meth:`state_dict` so a checkpoint restores them for referral (:func:`lightning_fed.referral.refer`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_fed.algorithms.dfedavgm import DFedAvgM
+from lightning_fed.comm.wire import Wire
+from lightning_fed.graphs.gossip import directed_edges
+from lightning_fed.graphs.topology import Topology
+from lightning_fed.referral.experts import Experts
+from lightning_fed.referral.potentials import Potentials
+from lightning_fed.referral.stage2 import fit_stage2
+from lightning_fed.types import FinishContext
+
+__all__ = ["EdgeDRM"]
+
+
+class EdgeDRM(DFedAvgM):
+    """DFedAvgM training plus learned routing potentials for budgeted local expert referral.
+
+    Args:
+        topology: Communication graph recipe (default RR4).
+        stage2_epochs: Full-batch stage-II optimizer steps (paper: 200 rounds).
+        lam: Task weight ``lambda`` in ``[0, 1]`` (paper: 0.9 primary; Table 5 sweeps it).
+        eta: Referral threshold: move only while the best incident score exceeds it (paper: 0).
+        max_hops: Movement budget ``L`` (paper: 2 on 8 clients, 8 for 32).
+        lr: Stage-II Adam learning rate.
+        encode_batch_size: Rows per frozen-encoder call.
+        personal_layers: Head layers kept out of stage-I mixing (0: full model, as the paper).
+        consensus_steps: Extra gossip steps on the encoders (Metropolis mixing over the graph, every
+            message on the wire) between stage I and stage II. The model assumes one shared encoder
+            ``g_theta`` (Sec. 2); the paper's 800 DFedAvgM rounds bring the local encoders close to
+            it and it adds no consensus phase (0, the default). With the few rounds a CPU affords the
+            encoders still differ, each client's representation then carries its own encoder's
+            signature, and a source classifier keys on the encoder instead of the data (measured:
+            EdgeDRM barely moves queries); a few dozen steps of plain gossip fix that. Booked on
+            the ledger like every other message.
+    """
+
+    def __init__(
+        self,
+        topology: Topology | None = None,
+        stage2_epochs: int = 200,
+        lam: float = 0.9,
+        eta: float = 0.0,
+        max_hops: int = 2,
+        lr: float = 0.01,
+        encode_batch_size: int = 1024,
+        personal_layers: int = 0,
+        consensus_steps: int = 0,
+    ) -> None:
+        super().__init__(topology, personal_layers)
+        if int(consensus_steps) < 0:
+            raise ValueError(f"algorithm.consensus_steps must be >= 0, got {consensus_steps}")
+        self.consensus_steps = int(consensus_steps)
+        if int(stage2_epochs) < 1:
+            raise ValueError(f"algorithm.stage2_epochs must be >= 1, got {stage2_epochs}")
+        if not 0.0 <= float(lam) <= 1.0:
+            raise ValueError(f"algorithm.lam must lie in [0, 1] (task weight lambda), got {lam}")
+        if int(max_hops) < 0:
+            raise ValueError(f"algorithm.max_hops (movement budget L) must be >= 0, got {max_hops}")
+        if not float(lr) > 0:
+            raise ValueError(f"algorithm.lr must be > 0, got {lr}")
+        if int(encode_batch_size) < 1:
+            raise ValueError(f"algorithm.encode_batch_size must be >= 1, got {encode_batch_size}")
+        self.stage2_epochs, self.lam, self.eta = int(stage2_epochs), float(lam), float(eta)
+        self.max_hops, self.lr, self.encode_batch_size = int(max_hops), float(lr), int(encode_batch_size)
+        self.potentials: Potentials | None = None
+        #: The stage-I (DFedAvgM) parameters that stage II changes (the heads, and the encoders when
+        #: ``consensus_steps > 0``), kept so that referral can report the DFedAvgM baseline (the
+        #: stage-I model at the entry client) from the same run.
+        self.stage1_head: dict[str, Tensor] | None = None
+
+    def finish(self, ctx: FinishContext) -> dict[str, Tensor]:
+        """Stage II (module docstring): returns ``ctx.params`` with the refitted heads."""
+        if self.graph.num_edges < 1:
+            raise ValueError("algorithm.topology has no edges: EdgeDRM's stage II needs at least one edge")
+        changed = [n for n in ctx.params if n.startswith("head.") or self.consensus_steps > 0]
+        self.stage1_head = {n: ctx.params[n].detach().cpu().clone() for n in changed}
+        params = self._encoder_consensus(ctx)
+        experts = Experts(ctx.module, params, batch_size=self.encode_batch_size, device=ctx.device)
+        z = [experts.encode(u, c.x_train) for u, c in enumerate(ctx.data.centers)]
+        y = [c.y_train.to(ctx.device) for c in ctx.data.centers]
+        src, dst = directed_edges(self.graph)
+        self._book(ctx.wire, {"n": ctx.data.n_train.unsqueeze(1)}, src, dst, ctx.round, 1)
+        fit = fit_stage2(
+            z,
+            y,
+            params["head.weight"],
+            params["head.bias"],
+            self.graph.adjacency,
+            self.lam,
+            self.stage2_epochs,
+            self.lr,
+            ctx.module.loss_rows,
+            ctx.log,
+        )
+        potential = {"a": torch.cat([fit.potentials.b.unsqueeze(1), fit.potentials.theta], 1)}
+        # Per epoch: a_u to every neighbour, and grad_{a_u} L_uv^(v) back from it; then the final a_u.
+        self._book(ctx.wire, potential, src, dst, ctx.round, 2 * self.stage2_epochs + 1)
+        self.potentials = Potentials(fit.potentials.b.cpu(), fit.potentials.theta.cpu(), ctx.data.n_train)
+        out = dict(params)
+        out["head.weight"] = fit.weight.to(params["head.weight"].dtype)
+        out["head.bias"] = fit.bias.to(params["head.bias"].dtype)
+        return out
+
+    def _encoder_consensus(self, ctx: FinishContext) -> dict[str, Tensor]:
+        """``consensus_steps`` gossip steps on every non-head parameter (heads stay private)."""
+        params = dict(ctx.params)
+        encoder = {n: t for n, t in params.items() if not n.startswith("head.")}
+        for _ in range(self.consensus_steps):
+            encoder = self.gossip(encoder, ctx.wire, ctx.round)
+        params.update(encoder)
+        return params
+
+    @staticmethod
+    def _book(
+        wire: Wire, payload: dict[str, Tensor], src: Tensor, dst: Tensor, round_idx: int, times: int
+    ) -> None:
+        """Record ``times`` messages of ``payload``'s encoded size along every directed edge."""
+        wire.ledger.record(round_idx, src, dst, times * wire.message_bytes(payload))
+
+    def summary_stats(self) -> dict[str, float]:
+        if self.potentials is None:
+            return {}
+        return {"stage2_theta_norm": float(self.potentials.theta.norm(dim=1).mean())}
+
+    def state_dict(self) -> dict[str, Any]:
+        if self.potentials is None:
+            return {}
+        return {"potentials": self.potentials.state_dict(), "stage1_head": self.stage1_head}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pot = state.get("potentials")
+        self.potentials = None if pot is None else Potentials.from_state_dict(pot)
+        self.stage1_head = state.get("stage1_head")

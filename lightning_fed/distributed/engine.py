@@ -1,0 +1,159 @@
+"""An engine that trains this process's shard of the centers and gathers the rest.
+
+:class:`ShardedEngine` wraps a :class:`~lightning_fed.engine.packed.PackedEngine`: rank ``r`` packs
+and trains only its contiguous shard of the models
+(:func:`~lightning_fed.distributed.shards.shard_bounds`), keyed by their global center ids, so its
+centers train to the same bits as in a one-process run. After local training one ``all_gather``
+(:func:`~lightning_fed.distributed.collectives.gather_rows`) carries every shard's parameters, and,
+bit-cast into extra columns of the same tensor, its losses and divergence flags, to every rank.
+From there the engine looks like an ordinary engine over all ``C`` models: :meth:`get_params` returns
+the full ``[C, ...]`` stack, :meth:`set_params` takes one (and keeps its shard), and
+:meth:`state_dict` gathers the optimizer states too, so checkpoints have the one-process layout
+and can be resumed with any number of processes.
+
+:meth:`ShardedEngine.predict` (evaluation and the Shapley utilities of ABPS) splits its work too:
+the one-process engine predicts in chunks of 64 models; each rank computes a contiguous run of those
+same chunks and the logits are gathered, so every chunk is computed exactly as in one process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from lightning.fabric import Fabric
+from torch import Tensor
+
+from lightning_fed.distributed.collectives import CollectiveTimer, gather_rows
+from lightning_fed.distributed.shards import shard_bounds
+from lightning_fed.engine.base import Engine, TrainSet
+from lightning_fed.engine.packed import PackedEngine
+from lightning_fed.engine.schedule import steps_per_round
+
+__all__ = ["ShardedEngine"]
+
+
+class ShardedEngine(Engine):
+    """Train this rank's shard with ``inner``; exchange shards with Fabric collectives.
+
+    Args:
+        inner: The engine of this rank's shard (a fresh :class:`PackedEngine`; it must key batch
+            order and dropout by global center id, which the sequential engine does not).
+        fabric: The launched Fabric whose ranks share the federation.
+    """
+
+    def __init__(self, inner: Engine, fabric: Fabric) -> None:
+        if not isinstance(inner, PackedEngine):
+            raise ValueError(
+                f"trainer.engine: {type(inner).__name__} cannot train a shard of the centers per process "
+                "(fabric.devices x fabric.num_nodes > 1); use lightning_fed.engine.PackedEngine (the default)"
+            )
+        self.inner, self.fabric = inner, fabric
+        self.timer = CollectiveTimer()
+        #: Bool ``[C]``: centers whose last round diverged and was rolled back (all ranks' shards).
+        self.last_diverged: Tensor | None = None
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        """``(lo, hi)``: this rank trains models ``lo <= m < hi``."""
+        return self.bounds[self.fabric.global_rank]
+
+    def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
+        costs = [steps_per_round(len(y), self.batch_size, self.epochs) for _, y in train]
+        self.bounds = shard_bounds(costs, self.fabric.world_size)
+        self.counts = [hi - lo for lo, hi in self.bounds]
+        lo, hi = self.shard
+        self.inner.setup(
+            self.module,
+            list(train[lo:hi]),
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            seed=self.seed,
+            device=self.device,
+            dtype=dtype,
+            autocast=self.autocast,
+            local_term=self.local_term,
+            center_ids=range(lo, hi),
+        )
+        local = self.inner.get_params()
+        self.names = list(local)
+        self.shapes = {n: t.shape[1:] for n, t in local.items()}
+        self.dtype = dtype
+        self._full = self._unflatten(self._gather(self._flatten(local)))
+
+    def _flatten(self, params: dict[str, Tensor]) -> Tensor:
+        rows = next(iter(params.values())).shape[0]
+        return torch.cat([params[n].reshape(rows, -1) for n in self.names], 1)
+
+    def _unflatten(self, flat: Tensor) -> dict[str, Tensor]:
+        out, offset = {}, 0
+        for n in self.names:
+            size = self.shapes[n].numel()
+            out[n] = flat[:, offset : offset + size].reshape(flat.shape[0], *self.shapes[n])
+            offset += size
+        return out
+
+    def _gather(self, local: Tensor) -> Tensor:
+        return gather_rows(self.fabric, local, self.counts, self.timer)
+
+    def train_round(self, round_idx: int) -> Tensor:
+        """Train this rank's shard, then gather every shard's parameters, losses and divergence flags.
+
+        The float64 losses travel bit-cast into the parameters' dtype (exact), so one collective
+        per round carries everything.
+        """
+        loss = self.inner.train_round(round_idx).to(torch.float64).contiguous()
+        rows = loss.shape[0]
+        flat = self._flatten(self.inner.get_params())
+        diverged = getattr(self.inner, "last_diverged", None)
+        flags = torch.zeros(rows, dtype=torch.bool) if diverged is None else diverged
+        extra = [loss.view(self.dtype).reshape(rows, -1), flags.to(flat.device, self.dtype).reshape(rows, 1)]
+        width = flat.shape[1]
+        full = self._gather(torch.cat([flat, *extra], 1))
+        self._full = self._unflatten(full[:, :width])
+        self.last_diverged = full[:, -1].cpu() != 0
+        return full[:, width:-1].contiguous().view(torch.float64).reshape(-1)
+
+    @torch.no_grad()
+    def predict(self, params: dict[str, Tensor], x: Tensor, chunk: int = 64) -> Tensor:
+        """Logits of ``C`` stacked models on their own inputs (see :meth:`Engine.predict
+        <lightning_fed.engine.base.Engine.predict>`), the chunks of ``chunk`` models split across
+        ranks (a collective: call it on every rank with the same arguments)."""
+        n, world = x.shape[0], self.fabric.world_size
+        if n == 0:
+            return super().predict(params, x, chunk)
+        chunks = -(-n // chunk)
+        edges = [min(n, (r * chunks // world) * chunk) for r in range(world + 1)]
+        counts = [edges[r + 1] - edges[r] for r in range(world)]
+        lo, hi = edges[self.fabric.global_rank], edges[self.fabric.global_rank + 1]
+        mine = {k: v[lo:hi] for k, v in params.items()}
+        local = super().predict(mine, x[lo:hi], chunk) if hi > lo else None
+        if local is None:  # no chunk here: an empty block of the right trailing shape
+            probe = super().predict({k: v[:1] for k, v in params.items()}, x[:1, :1], chunk)
+            local = probe.new_zeros(0, *x.shape[1:2], *probe.shape[2:])
+        return gather_rows(self.fabric, local.contiguous(), counts, self.timer)
+
+    def get_params(self) -> dict[str, Tensor]:
+        return {n: t.clone() for n, t in self._full.items()}
+
+    def set_params(self, params: dict[str, Tensor]) -> None:
+        lo, hi = self.shard
+        self._full = {n: params[n].detach().to(self.device).clone() for n in self.names}
+        self.inner.set_params({n: t[lo:hi] for n, t in self._full.items()})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The one-process layout: every center's parameters and optimizer state (a collective:
+        call it on every rank)."""
+        state = self.inner.state_dict()
+        optimizer = {n: self._gather(t.contiguous()) for n, t in state["optimizer"].items()}
+        return {"params": self.get_params(), "optimizer": optimizer}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        lo, hi = self.shard
+        params = {n: state["params"][n].to(self.device) for n in self.names}
+        optimizer = {n: t[lo:hi] for n, t in state["optimizer"].items()}
+        self.inner.load_state_dict(
+            {"params": {n: t[lo:hi] for n, t in params.items()}, "optimizer": optimizer}
+        )
+        self._full = {n: t.clone() for n, t in params.items()}

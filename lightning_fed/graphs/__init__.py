@@ -1,0 +1,25 @@
+"""Communication graphs (topologies) of decentralized federations and their mixing weights."""
+
+from lightning_fed.graphs.topology import (
+    Complete,
+    Cycle,
+    EdgeList,
+    Graph,
+    HospitalTiers,
+    Path,
+    RandomRegular,
+    Topology,
+    metropolis_weights,
+)
+
+__all__ = [
+    "Complete",
+    "Cycle",
+    "EdgeList",
+    "Graph",
+    "HospitalTiers",
+    "Path",
+    "RandomRegular",
+    "Topology",
+    "metropolis_weights",
+]

@@ -1,0 +1,387 @@
+"""Communication graphs of decentralized federations and their Metropolis mixing weights.
+
+A :class:`Graph` is an undirected simple graph on ``num_nodes`` nodes stored as a canonical edge
+list (``i < j``, rows sorted, no duplicates or self-loops). A :class:`Topology` is the configurable
+recipe (jsonargparse ``class_path``/``init_args``) that builds one for a federation size and seed:
+:class:`Complete`, :class:`Path`, :class:`Cycle`, :class:`RandomRegular` (RR-k), :class:`EdgeList`
+and :class:`HospitalTiers` (the layered / shortcut hospital graphs of EdgeDRM App. D.1, Table 4).
+
+:func:`metropolis_weights` gives the symmetric, doubly stochastic gossip matrix
+``W_ij = 1 / (1 + max(d_i, d_j))`` on edges and ``W_ii = 1 - sum_{j != i} W_ij`` (Xiao & Boyd 2004),
+the mixing matrix of DeceFL (Yuan et al. 2023).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+from torch import Tensor
+
+from lightning_fed.seeding import numpy_rng
+
+__all__ = [
+    "Complete",
+    "Cycle",
+    "EdgeList",
+    "Graph",
+    "HospitalTiers",
+    "Path",
+    "RandomRegular",
+    "Topology",
+    "metropolis_weights",
+]
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """An undirected simple graph.
+
+    Attributes:
+        num_nodes: Number of nodes (>= 1), ids ``0 .. num_nodes - 1``.
+        edges: int64 ``[E, 2]``, each row ``i < j``, rows sorted lexicographically, no duplicates.
+        tiers: Optional per-node tier label (e.g. ``"small"``/``"medium"``/``"large"`` hospitals).
+
+    Raises:
+        ValueError: If the edge list is not canonical or names a node outside the graph
+            (use :meth:`from_pairs` to canonicalize an arbitrary pair list).
+    """
+
+    num_nodes: int
+    edges: Tensor
+    tiers: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        n, e = int(self.num_nodes), self.edges
+        if n < 1:
+            raise ValueError(f"Graph.num_nodes must be >= 1, got {self.num_nodes}")
+        if not isinstance(e, Tensor) or e.dtype != torch.int64 or e.dim() != 2 or e.shape[1] != 2:
+            raise ValueError("Graph.edges must be an int64 tensor of shape [E, 2]")
+        if len(e):
+            if int(e.min()) < 0 or int(e.max()) >= n:
+                raise ValueError(f"Graph.edges names a node outside 0..{n - 1}")
+            if bool((e[:, 0] >= e[:, 1]).any()):
+                raise ValueError("Graph.edges rows must satisfy i < j (no self-loops; use Graph.from_pairs)")
+            key = e[:, 0] * n + e[:, 1]
+            if bool((key[1:] <= key[:-1]).any()):
+                raise ValueError("Graph.edges rows must be sorted and unique (use Graph.from_pairs)")
+        if self.tiers is not None and len(self.tiers) != n:
+            raise ValueError(f"Graph.tiers has {len(self.tiers)} labels for {n} nodes")
+
+    @classmethod
+    def from_pairs(
+        cls, num_nodes: int, pairs: Sequence[Sequence[int]] | Tensor, tiers: tuple[str, ...] | None = None
+    ) -> Graph:
+        """Canonical graph from unordered node pairs (orientation and duplicates are merged).
+
+        Raises:
+            ValueError: On a self-loop.
+        """
+        e = torch.as_tensor(pairs, dtype=torch.int64).reshape(-1, 2)
+        if bool((e[:, 0] == e[:, 1]).any()):
+            raise ValueError("a graph edge joins a node to itself (self-loop)")
+        e = torch.stack([e.min(1).values, e.max(1).values], 1)
+        e = torch.unique(e, dim=0) if len(e) else e  # unique sorts rows lexicographically
+        return cls(int(num_nodes), e.contiguous(), tiers)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of undirected edges ``E``."""
+        return int(self.edges.shape[0])
+
+    @cached_property
+    def _adj(self) -> Tensor:
+        adj = torch.zeros(self.num_nodes, self.num_nodes, dtype=torch.bool)
+        adj[self.edges[:, 0], self.edges[:, 1]] = True
+        return adj | adj.T
+
+    @property
+    def adjacency(self) -> Tensor:
+        """Symmetric bool adjacency ``[n, n]`` (False on the diagonal)."""
+        return self._adj.clone()
+
+    @property
+    def degree(self) -> Tensor:
+        """Node degrees, int64 ``[n]``."""
+        return self._adj.sum(1).to(torch.int64)
+
+    def neighbours(self, i: int) -> Tensor:
+        """Sorted int64 ids of the neighbours of node ``i``."""
+        if not 0 <= int(i) < self.num_nodes:
+            raise ValueError(f"node {i} is outside 0..{self.num_nodes - 1}")
+        return torch.nonzero(self._adj[int(i)]).reshape(-1)
+
+    def _eccentricities(self) -> Tensor:
+        """BFS hop distance from every node to every other, all sources at once; -1 if unreachable."""
+        n = self.num_nodes
+        adj = self._adj.to(torch.float32)
+        dist = torch.full((n, n), -1, dtype=torch.int64)
+        reached = torch.eye(n, dtype=torch.bool)
+        dist[reached] = 0
+        frontier, hop = reached.clone(), 0
+        while bool(frontier.any()):
+            hop += 1
+            frontier = ((frontier.to(torch.float32) @ adj) > 0) & ~reached
+            dist[frontier] = hop
+            reached |= frontier
+        return dist
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether every node reaches every other (BFS from node 0)."""
+        seen = torch.zeros(self.num_nodes, dtype=torch.bool)
+        seen[0] = True
+        frontier = seen.clone()
+        while bool(frontier.any()):
+            frontier = self._adj[frontier].any(0) & ~seen
+            seen |= frontier
+        return bool(seen.all())
+
+    @property
+    def diameter(self) -> int:
+        """Longest shortest-path hop count (BFS from every node).
+
+        Raises:
+            ValueError: If the graph is disconnected (infinite diameter).
+        """
+        dist = self._eccentricities()
+        if bool((dist < 0).any()):
+            raise ValueError("the graph is disconnected: its diameter is infinite")
+        return int(dist.max())
+
+    def describe(self) -> dict[str, float | int | None]:
+        """Summary: num_nodes, num_edges, min/max/mean degree, diameter (None when disconnected)."""
+        deg = self.degree
+        return {
+            "num_nodes": self.num_nodes,
+            "num_edges": self.num_edges,
+            "min_degree": int(deg.min()),
+            "max_degree": int(deg.max()),
+            "mean_degree": float(deg.double().mean()),
+            "diameter": self.diameter if self.is_connected else None,
+        }
+
+
+def metropolis_weights(graph: Graph) -> Tensor:
+    """Metropolis-Hastings gossip weights (Xiao & Boyd 2004; DeceFL's mixing matrix).
+
+    ``W_ij = 1 / (1 + max(d_i, d_j))`` for every edge ``{i, j}``, ``W_ii = 1 - sum_{j != i} W_ij``,
+    0 elsewhere. ``W`` is symmetric and doubly stochastic with ``W_ii >= 1 / (1 + d_i) > 0``.
+
+    Returns:
+        float64 ``[n, n]``.
+    """
+    deg = graph.degree.to(torch.float64)
+    i, j = graph.edges[:, 0], graph.edges[:, 1]
+    w = torch.zeros(graph.num_nodes, graph.num_nodes, dtype=torch.float64)
+    val = 1.0 / (1.0 + torch.maximum(deg[i], deg[j]))
+    w[i, j] = val
+    w[j, i] = val
+    w += torch.diag(1.0 - w.sum(1))
+    return w
+
+
+class Topology(ABC):
+    """A recipe for a communication graph (configured by ``class_path``/``init_args``).
+
+    Subclasses set :attr:`min_nodes` and implement :meth:`_build`.
+    """
+
+    #: Fewest nodes the recipe can build.
+    min_nodes: int = 1
+
+    def build(self, num_nodes: int, seed: int = 0) -> Graph:
+        """The graph on ``num_nodes`` nodes (``seed``: the run seed, for random topologies).
+
+        Raises:
+            ValueError: If ``num_nodes`` is too small for this topology (or inconsistent with it).
+        """
+        if int(num_nodes) < self.min_nodes:
+            raise ValueError(
+                f"topology {type(self).__name__} needs num_nodes >= {self.min_nodes} "
+                f"(the number of centers), got {num_nodes}; use a larger federation or another topology"
+            )
+        return self._build(int(num_nodes), int(seed))
+
+    @abstractmethod
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        """Build the graph (``num_nodes`` already checked against :attr:`min_nodes`)."""
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+class Complete(Topology):
+    """Every pair of nodes is joined (diameter 1)."""
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        return Graph(num_nodes, torch.combinations(torch.arange(num_nodes), 2).reshape(-1, 2))
+
+
+class Path(Topology):
+    """``0 - 1 - ... - (n-1)`` (diameter ``n - 1``)."""
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        a = torch.arange(num_nodes - 1)
+        return Graph(num_nodes, torch.stack([a, a + 1], 1))
+
+
+class Cycle(Topology):
+    """The ring ``0 - 1 - ... - (n-1) - 0`` (diameter ``floor(n / 2)``); needs ``n >= 3``."""
+
+    min_nodes = 3
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        return Graph.from_pairs(num_nodes, _ring(list(range(num_nodes))))
+
+
+def _ring(nodes: list[int]) -> list[tuple[int, int]]:
+    """Edges of a cycle through ``nodes`` (one edge for two nodes, none for one)."""
+    if len(nodes) < 2:
+        return []
+    if len(nodes) == 2:
+        return [(nodes[0], nodes[1])]
+    return [(nodes[k], nodes[(k + 1) % len(nodes)]) for k in range(len(nodes))]
+
+
+class RandomRegular(Topology):
+    """A connected random ``degree``-regular graph (RR-k; EdgeDRM Sec. 5 uses RR4).
+
+    Sampled by random stub pairing: every node gets ``degree`` stubs; stubs are shuffled and paired,
+    pairs forming a self-loop or a repeated edge are returned to the pool and re-paired, and the
+    attempt restarts when no valid pair is left. Attempts that give a disconnected graph are
+    discarded. All draws come from ``numpy_rng(seed, "topology")``, so a seed gives one graph.
+
+    Args:
+        degree: Neighbours of every node ``k`` (``1 <= k < n``, ``n * k`` even; ``k = 1`` is only
+            connected for ``n = 2``).
+    """
+
+    #: Restarts before giving up (a valid connected graph is found in a few for k >= 3).
+    max_attempts = 10_000
+
+    def __init__(self, degree: int = 4) -> None:
+        if int(degree) < 1:
+            raise ValueError(f"RandomRegular.degree must be >= 1, got {degree}")
+        self.degree = int(degree)
+
+    @property
+    def min_nodes(self) -> int:  # type: ignore[override]
+        return self.degree + 1
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        n, k = num_nodes, self.degree
+        if n * k % 2:
+            raise ValueError(
+                f"RandomRegular.degree={k} on {n} nodes: n * degree must be even; use an even degree"
+            )
+        if k == 1 and n > 2:
+            raise ValueError(
+                f"RandomRegular.degree=1 on {n} nodes is a perfect matching, never connected; use degree >= 2"
+            )
+        rng = numpy_rng(seed, "topology")
+        for _ in range(self.max_attempts):
+            pairs = _pair_stubs(n, k, rng)
+            if pairs is None:
+                continue
+            graph = Graph.from_pairs(n, pairs)
+            if graph.is_connected:
+                return graph
+        raise ValueError(
+            f"RandomRegular.degree={k}: no connected graph on {n} nodes in {self.max_attempts} attempts"
+        )
+
+
+def _pair_stubs(n: int, k: int, rng) -> list[tuple[int, int]] | None:
+    """One attempt of stub pairing: a simple k-regular edge list, or None when it got stuck."""
+    edges: set[tuple[int, int]] = set()
+    stubs = [v for v in range(n) for _ in range(k)]
+    while stubs:
+        order = rng.permutation(len(stubs))
+        left: list[int] = []
+        for a, b in zip(order[0::2], order[1::2], strict=True):
+            u, v = sorted((stubs[a], stubs[b]))
+            if u != v and (u, v) not in edges:
+                edges.add((u, v))
+            else:
+                left += [u, v]
+        if left:
+            nodes = sorted(set(left))
+            if not any((u, v) not in edges for x, u in enumerate(nodes) for v in nodes[x + 1 :]):
+                return None
+        stubs = left
+    return sorted(edges)
+
+
+class EdgeList(Topology):
+    """A graph given edge by edge.
+
+    Args:
+        edges: Node pairs ``[[i, j], ...]`` (orientation and order do not matter).
+    """
+
+    def __init__(self, edges: list[list[int]]) -> None:
+        pairs = [tuple(int(v) for v in e) for e in edges]
+        if any(len(p) != 2 for p in pairs):
+            raise ValueError("EdgeList.edges must be a list of [i, j] pairs")
+        if any(min(p) < 0 for p in pairs):
+            raise ValueError("EdgeList.edges: node ids must be >= 0")
+        if any(p[0] == p[1] for p in pairs):
+            raise ValueError("EdgeList.edges holds a self-loop [i, i]; remove it")
+        canon = [tuple(sorted(p)) for p in pairs]
+        if len(set(canon)) != len(canon):
+            raise ValueError("EdgeList.edges lists an edge twice; list each pair once")
+        self.edges = [list(p) for p in pairs]
+
+    @property
+    def min_nodes(self) -> int:  # type: ignore[override]
+        return 1 + max((max(e) for e in self.edges), default=0)
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        return Graph.from_pairs(num_nodes, self.edges)
+
+
+class HospitalTiers(Topology):
+    """The hospital-tier graphs of EdgeDRM App. D.1 / Table 4 (paper: 16/8/8 hospitals).
+
+    Nodes are ordered small (``0 .. s-1``), medium (``s .. s+m-1``), large (``s+m .. s+m+l-1``).
+    Layered graph: a cycle within each tier; small node ``a`` linked to medium ``a mod m``; medium
+    and large matched one to one (medium ``b mod m`` to large ``b mod l`` for ``b < max(m, l)``,
+    a perfect matching when ``m = l``). With ``shortcut``, small node ``a`` also links to large
+    ``a mod l`` (one predetermined small-large edge per small node). For 16/8/8 this gives 56
+    layered edges (16 + 8 + 8 cycle, 16 small-medium, 8 medium-large) and 72 with shortcuts.
+
+    Args:
+        shortcut: Add the small-large edges.
+        small: Number of small hospitals (>= 1).
+        medium: Number of medium hospitals (>= 1).
+        large: Number of large hospitals (>= 1).
+    """
+
+    def __init__(self, shortcut: bool = False, small: int = 16, medium: int = 8, large: int = 8) -> None:
+        for name, value in (("small", small), ("medium", medium), ("large", large)):
+            if int(value) < 1:
+                raise ValueError(f"HospitalTiers.{name} must be >= 1, got {value}")
+        self.shortcut = bool(shortcut)
+        self.small, self.medium, self.large = int(small), int(medium), int(large)
+
+    def _build(self, num_nodes: int, seed: int) -> Graph:
+        s, m, lg = self.small, self.medium, self.large
+        if num_nodes != s + m + lg:
+            raise ValueError(
+                f"HospitalTiers: num_nodes={num_nodes} (the number of centers) must equal "
+                f"small + medium + large = {s} + {m} + {lg} = {s + m + lg}; set HospitalTiers.small/"
+                "medium/large to match the federation"
+            )
+        small, medium, large = list(range(s)), list(range(s, s + m)), list(range(s + m, s + m + lg))
+        pairs = _ring(small) + _ring(medium) + _ring(large)
+        pairs += [(a, medium[a % m]) for a in small]
+        pairs += [(medium[b % m], large[b % lg]) for b in range(max(m, lg))]
+        if self.shortcut:
+            pairs += [(a, large[a % lg]) for a in small]
+        tiers = ("small",) * s + ("medium",) * m + ("large",) * lg
+        return Graph.from_pairs(num_nodes, pairs, tiers)

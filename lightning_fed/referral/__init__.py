@@ -1,0 +1,46 @@
+"""Inference-time referral (EdgeDRM): potentials, stage II, routers, prediction rules, workload, refer."""
+
+from lightning_fed.referral.experts import Experts
+from lightning_fed.referral.potentials import Potentials, endpoint_losses, kappa, neighbour_table
+from lightning_fed.referral.prediction import HardTerminal, PredictionRule, UniformHistory, WeightedHistory
+from lightning_fed.referral.refer import default_routers, draw_entries, refer
+from lightning_fed.referral.routers import (
+    CountOnlyRouter,
+    EdgeDRMRouter,
+    FedDRMReference,
+    NoReferral,
+    RandomRouter,
+    Router,
+    Routes,
+    RouteSetup,
+)
+from lightning_fed.referral.stage2 import Stage2Result, fit_stage2
+from lightning_fed.referral.workload import client_calls, edge_traffic, workload
+
+__all__ = [
+    "CountOnlyRouter",
+    "EdgeDRMRouter",
+    "Experts",
+    "FedDRMReference",
+    "HardTerminal",
+    "NoReferral",
+    "Potentials",
+    "PredictionRule",
+    "RandomRouter",
+    "RouteSetup",
+    "Router",
+    "Routes",
+    "Stage2Result",
+    "UniformHistory",
+    "WeightedHistory",
+    "client_calls",
+    "default_routers",
+    "draw_entries",
+    "edge_traffic",
+    "endpoint_losses",
+    "fit_stage2",
+    "kappa",
+    "neighbour_table",
+    "refer",
+    "workload",
+]

@@ -1,0 +1,171 @@
+"""Referral evaluation: every router and prediction rule on the same models and queries (EdgeDRM Sec. 5).
+
+Queries are the clients' test rows. Each query from source ``s`` enters at a client drawn uniformly
+among the other ``C - 1`` clients (``(seed, "referral_entry")``, App. D.1: the source id builds the
+evaluation but is never shown to a router or rule). Every router walks the same queries from the
+same entries; every prediction rule reads the same walks. One row per (router, rule): accuracy,
+balanced accuracy, calls and incident scores per query, and the workload columns of
+:func:`lightning_fed.referral.workload.workload`. Written atomically as ``referral.csv`` and
+``referral.md``, plus ``referral_traffic.png`` (the first router's traffic on the graph).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+from torch import Tensor, nn
+
+from lightning_fed.data.center import FederatedData
+from lightning_fed.io import atomic_path
+from lightning_fed.metrics.balanced_accuracy import balanced_accuracy
+from lightning_fed.referral.experts import Experts
+from lightning_fed.referral.plots import routing_picture
+from lightning_fed.referral.potentials import Potentials
+from lightning_fed.referral.prediction import HardTerminal, PredictionRule, UniformHistory, WeightedHistory
+from lightning_fed.referral.routers import (
+    CountOnlyRouter,
+    EdgeDRMRouter,
+    FedDRMReference,
+    NoReferral,
+    RandomRouter,
+    Router,
+    RouteSetup,
+)
+from lightning_fed.referral.workload import client_calls, edge_traffic, workload
+from lightning_fed.seeding import torch_generator
+
+__all__ = ["default_routers", "draw_entries", "refer", "to_markdown", "write_referral"]
+
+
+def default_routers() -> list[tuple[str, Router]]:
+    """The issue's routers in table order (EdgeDRM first: its traffic is the routing picture)."""
+    return [
+        ("EdgeDRM", EdgeDRMRouter()),
+        ("EdgeDRM w/o prior", EdgeDRMRouter(prior=False)),
+        ("count-only", CountOnlyRouter()),
+        ("random", RandomRouter()),
+        ("EdgeDRM-NR", NoReferral()),
+        ("FedDRM (centralized)", FedDRMReference()),
+    ]
+
+
+def draw_entries(source: Tensor, num_clients: int, seed: int) -> Tensor:
+    """Entry client per query, uniform over the clients other than its source ``[Q]``.
+
+    Raises:
+        ValueError: With fewer than two clients (no non-source entry exists).
+    """
+    if num_clients < 2:
+        raise ValueError("referral needs at least 2 clients (queries enter at a non-source client)")
+    gen = torch_generator(seed, "referral_entry")
+    offset = torch.randint(1, num_clients, source.shape, generator=gen)
+    return (source.to(torch.int64) + offset) % num_clients
+
+
+def to_markdown(table: pl.DataFrame) -> str:
+    """A markdown table of every column (floats with 4 significant decimals)."""
+    head = "| " + " | ".join(table.columns) + " |"
+    rule = "|" + "---|" * len(table.columns)
+    rows = [
+        "| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r) + " |"
+        for r in table.iter_rows()
+    ]
+    return "\n".join([head, rule, *rows]) + "\n"
+
+
+def refer(
+    run_dir: str | Path,
+    module: nn.Module,
+    params: dict[str, Tensor],
+    data: FederatedData,
+    graph: Any,
+    potentials: Potentials,
+    seed: int,
+    max_hops: int = 2,
+    eta: float = 0.0,
+    routers: Sequence[tuple[str, Router]] | None = None,
+    rules: Sequence[PredictionRule] | None = None,
+    batch_size: int = 1024,
+    device: torch.device | None = None,
+    write: bool = True,
+) -> pl.DataFrame:
+    """Evaluate referral on the test splits and write the table and the routing picture.
+
+    Args:
+        run_dir: Output folder.
+        module: Model template (``encode`` + linear ``head``).
+        params: Final stacked per-client parameters (stage II heads).
+        data: The federation (test splits are the queries; train splits feed only the FedDRM reference).
+        graph: The communication graph (``adjacency [C, C]``, ``tiers``).
+        potentials: Fitted potentials and counts (``EdgeDRM.state_dict()`` restores them).
+        seed: Run seed (entries, random router).
+        max_hops: Movement budget ``L``.
+        eta: Move threshold.
+        routers: ``(label, router)`` pairs; default :func:`default_routers`.
+        rules: Prediction rules; default hard terminal, uniform and weighted history.
+        batch_size: Rows per encoder call.
+        device: Compute device.
+        write: Write the table and the routing picture (False: only return the table, e.g. for
+            baseline rows that a caller merges into one table with :func:`write_referral`).
+
+    Returns:
+        The table (also written as ``referral.csv`` / ``referral.md`` in ``run_dir``).
+    """
+    c = data.num_centers
+    adjacency = torch.as_tensor(graph.adjacency).to(torch.bool)
+    if adjacency.shape != (c, c) or potentials.num_clients != c:
+        raise ValueError(f"refer: graph/potentials are for a different number of clients than the data ({c})")
+    routers = list(routers) if routers is not None else default_routers()
+    rules = list(rules) if rules is not None else [HardTerminal(), UniformHistory(), WeightedHistory()]
+    experts = Experts(module, params, batch_size=batch_size, device=device)
+    setup = RouteSetup(adjacency, potentials, experts, max_hops=max_hops, eta=eta, seed=seed)
+    x = torch.cat([cd.x_test for cd in data.centers])
+    y = torch.cat([cd.y_test for cd in data.centers]).to(torch.int64)
+    source = torch.cat([torch.full((cd.x_test.shape[0],), u) for u, cd in enumerate(data.centers)])
+    entry = draw_entries(source, c, seed)
+    tiers = getattr(graph, "tiers", None)
+    rows = []
+    for k, (name, router) in enumerate(routers):
+        if isinstance(router, FedDRMReference) and router.head is None:
+            router.fit([experts.encode(u, cd.x_train) for u, cd in enumerate(data.centers)])
+        routes = router.route(x, entry, setup)
+        work = workload(routes, c, tiers)
+        if k == 0 and write:
+            routing_picture(
+                adjacency,
+                client_calls(routes, c),
+                edge_traffic(routes, c),
+                Path(run_dir) / "referral_traffic.png",
+                tiers,
+                title=f"{name} referral traffic (L={max_hops}, eta={eta:g})",
+            )
+        num_classes = routes.logits.shape[2]
+        for rule in rules:
+            pred = rule.predict(routes).cpu()
+            rows.append(
+                {
+                    "router": name,
+                    "prediction_rule": rule.label or type(rule).__name__,
+                    "accuracy": float((pred == y).to(torch.float64).mean()),
+                    "balanced_accuracy": float(balanced_accuracy(pred, y, max(num_classes, 2))),
+                    **work,
+                }
+            )
+    table = pl.DataFrame(rows)
+    if write:
+        write_referral(table, run_dir)
+    return table
+
+
+def write_referral(table: pl.DataFrame, out: str | Path) -> tuple[Path, Path]:
+    """Write ``referral.csv`` and ``referral.md`` into ``out`` atomically; returns their paths."""
+    out = Path(out)
+    with atomic_path(out / "referral.csv") as tmp:
+        table.write_csv(tmp)
+    with atomic_path(out / "referral.md") as tmp:
+        tmp.write_text(to_markdown(table))
+    return out / "referral.csv", out / "referral.md"

@@ -1,0 +1,112 @@
+"""``lightning-fed refer``: the referral table of a finished EdgeDRM run, plus baseline rows.
+
+The EdgeDRM run folder gives the trained clients (stage-II heads), the graph and the routing
+potentials (restored from its checkpoint); every router and prediction rule of
+:func:`~lightning_fed.referral.refer.refer` runs on its test queries. Two baseline rows join the
+same table, on the same queries and entry clients:
+
+- ``DFedAvgM (stage I)``: the same run's stage-I model (encoder plus the stage-I head, kept by
+  :class:`~lightning_fed.algorithms.EdgeDRM`) answering at the entry client;
+- one row per ``--baselines`` run folder (e.g. a ``LocalOnly`` run on the same data): its models
+  answering at the entry client. Its data must be the same federation (same test labels), which
+  is checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import torch
+
+from lightning_fed.referral.prediction import HardTerminal
+from lightning_fed.referral.refer import refer, write_referral
+from lightning_fed.referral.routers import NoReferral
+
+__all__ = ["refer_run"]
+
+
+def _same_queries(main: Any, other: Any, where: Path) -> None:
+    a, b = main.data.centers, other.data.centers
+    if len(a) != len(b) or any(not torch.equal(x.y_test, y.y_test) for x, y in zip(a, b, strict=True)):
+        raise ValueError(
+            f"--baselines {where}: its federation differs from the EdgeDRM run's (other clients or test "
+            "splits); train it with the same data config and data seed"
+        )
+
+
+def refer_run(
+    run_dir: Path,
+    load: Callable[[Path], Any],
+    baselines: Sequence[Path] = (),
+    max_hops: int | None = None,
+    eta: float | None = None,
+    out: Path | None = None,
+) -> pl.DataFrame:
+    """Evaluate referral for ``run_dir`` (an EdgeDRM run) and write the table and picture to ``out``.
+
+    Args:
+        run_dir: The EdgeDRM run folder.
+        load: ``load(folder) -> Federation`` restored from that folder's config and checkpoint.
+        baselines: Other run folders on the same data, reported with their entry client's model.
+        max_hops: Movement budget L (default: the run's ``algorithm.max_hops``).
+        eta: Move threshold (default: the run's ``algorithm.eta``).
+        out: Output folder (default ``run_dir``).
+
+    Raises:
+        ValueError: If ``run_dir`` holds no routing potentials or a baseline's data differ.
+    """
+    fed = load(run_dir)
+    alg = fed.algorithm
+    if getattr(alg, "potentials", None) is None:
+        raise ValueError(
+            f"--run-dir {run_dir}: no routing potentials in its checkpoint (trained with "
+            f"{type(alg).__name__}; refer needs an EdgeDRM run that finished stage II). Evaluate other "
+            "methods as --baselines of an EdgeDRM run"
+        )
+    out = Path(out) if out is not None else Path(run_dir)
+    hops = alg.max_hops if max_hops is None else int(max_hops)
+    threshold = alg.eta if eta is None else float(eta)
+    common = {
+        "graph": alg.graph,
+        "potentials": alg.potentials,
+        "seed": fed.seed,
+        "max_hops": hops,
+        "eta": threshold,
+    }
+    params = fed.center_params()
+    tables = [refer(out, fed.module, params, fed.data, **common)]
+    entry_only = {"rules": [HardTerminal()], "write": False}
+    if alg.stage1_head is not None:
+        stage1 = {**params, **{n: t.to(params[n]) for n, t in alg.stage1_head.items()}}
+        tables.append(
+            refer(
+                out,
+                fed.module,
+                stage1,
+                fed.data,
+                routers=[("DFedAvgM (stage I)", NoReferral())],
+                **common,
+                **entry_only,
+            )
+        )
+    for folder in baselines:
+        other = load(Path(folder))
+        _same_queries(fed, other, Path(folder))
+        label = f"{type(other.algorithm).__name__} ({Path(folder).name})"
+        tables.append(
+            refer(
+                out,
+                other.module,
+                other.center_params(),
+                other.data,
+                routers=[(label, NoReferral())],
+                **common,
+                **entry_only,
+            )
+        )
+    table = pl.concat(tables, how="vertical")
+    write_referral(table, out)
+    return table

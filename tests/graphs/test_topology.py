@@ -1,0 +1,133 @@
+"""Graphs: canonical edge lists, Metropolis weights by hand, random regular, tiers, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_fed.graphs import (
+    Complete,
+    Cycle,
+    EdgeList,
+    Graph,
+    HospitalTiers,
+    Path,
+    RandomRegular,
+    metropolis_weights,
+)
+
+
+def _doubly_stochastic(w: torch.Tensor) -> bool:
+    ones = torch.ones(w.shape[0], dtype=torch.float64)
+    return (
+        torch.allclose(w, w.T)
+        and bool((w >= 0).all())
+        and torch.allclose(w.sum(0), ones)
+        and torch.allclose(w.sum(1), ones)
+    )
+
+
+def test_metropolis_weights_three_node_path_by_hand() -> None:
+    """Path 0-1-2: degrees (1, 2, 1). W_01 = W_12 = 1 / (1 + max(1, 2)) = 1/3, W_02 = 0;
+    W_00 = 1 - 1/3 = 2/3, W_11 = 1 - 1/3 - 1/3 = 1/3, W_22 = 2/3."""
+    w = metropolis_weights(Path().build(3))
+    expected = torch.tensor([[2, 1, 0], [1, 1, 1], [0, 1, 2]], dtype=torch.float64) / 3
+    assert torch.allclose(w, expected)
+    assert _doubly_stochastic(w)
+
+
+@pytest.mark.parametrize("topology", [RandomRegular(4), HospitalTiers(True, 4, 2, 2), Complete(), Cycle()])
+def test_metropolis_weights_doubly_stochastic_on_other_graphs(topology) -> None:
+    w = metropolis_weights(topology.build(8, seed=1))
+    assert _doubly_stochastic(w)
+    assert bool((w.diagonal() > 0).all())
+
+
+@pytest.mark.parametrize(("n", "k"), [(10, 4), (12, 3), (9, 2), (30, 4), (2, 1)])
+def test_random_regular_is_connected_k_regular_and_seeded(n: int, k: int) -> None:
+    graphs = [RandomRegular(k).build(n, seed=s) for s in range(4)]
+    for g in graphs:
+        assert g.is_connected
+        assert g.degree.tolist() == [k] * n
+        assert g.num_edges == n * k // 2
+    again = RandomRegular(k).build(n, seed=2)
+    assert torch.equal(again.edges, graphs[2].edges)
+    if n >= 10:
+        assert len({tuple(g.edges.flatten().tolist()) for g in graphs}) > 1
+
+
+def test_diameters_of_path_cycle_complete() -> None:
+    assert Path().build(6).diameter == 5
+    assert Cycle().build(6).diameter == 3
+    assert Cycle().build(7).diameter == 3
+    assert Complete().build(5).diameter == 1
+    assert Complete().build(1).diameter == 0
+    info = Cycle().build(5).describe()
+    assert info == {
+        "num_nodes": 5,
+        "num_edges": 5,
+        "min_degree": 2,
+        "max_degree": 2,
+        "mean_degree": 2.0,
+        "diameter": 2,
+    }
+
+
+def test_hospital_tiers_edge_counts_match_edgedrm_table4() -> None:
+    """16/8/8: layered = 16 + 8 + 8 (tier cycles) + 16 (small-medium) + 8 (medium-large) = 56 edges;
+    the shortcut graph adds one small-large edge per small hospital: 72 (EdgeDRM App. D.1)."""
+    layered, shortcut = HospitalTiers().build(32), HospitalTiers(shortcut=True).build(32)
+    assert layered.num_edges == 56 and shortcut.num_edges == 72
+    assert layered.is_connected and shortcut.is_connected
+    tiers = layered.tiers
+    assert tiers == ("small",) * 16 + ("medium",) * 8 + ("large",) * 8
+    kind = {(tiers[i], tiers[j]) for i, j in layered.edges.tolist()}
+    assert ("small", "large") not in kind
+    adj = layered.adjacency
+    small, medium, large = torch.arange(16), torch.arange(16, 24), torch.arange(24, 32)
+    assert adj[small][:, medium].sum(1).tolist() == [1] * 16  # one medium hospital per small one
+    assert adj[medium][:, large].sum(1).tolist() == [1] * 8  # one-to-one matching
+    assert adj[large][:, medium].sum(1).tolist() == [1] * 8
+    assert shortcut.adjacency[small][:, large].sum(1).tolist() == [1] * 16
+    # Small reaches large in >= 2 hops on the layered graph, in one hop with shortcuts.
+    assert layered.diameter > shortcut.diameter
+
+
+def test_graph_accessors_and_canonical_form() -> None:
+    g = Graph.from_pairs(4, [[2, 0], [1, 0], [0, 2], [3, 2]])
+    assert g.edges.tolist() == [[0, 1], [0, 2], [2, 3]]
+    assert g.neighbours(2).tolist() == [0, 3]
+    assert g.degree.tolist() == [2, 1, 2, 1]
+    assert torch.equal(g.adjacency, g.adjacency.T) and not bool(g.adjacency.diagonal().any())
+    assert EdgeList([[1, 0], [2, 1]]).build(3).edges.tolist() == [[0, 1], [1, 2]]
+
+
+def test_disconnected_graph_has_no_diameter() -> None:
+    g = EdgeList([[0, 1]]).build(3)
+    assert not g.is_connected
+    assert g.describe()["diameter"] is None
+    with pytest.raises(ValueError, match="disconnected"):
+        _ = g.diameter
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: Cycle().build(2), "Cycle needs num_nodes >= 3"),
+        (lambda: RandomRegular(3).build(5), "must be even"),
+        (lambda: RandomRegular(4).build(4), "num_nodes >= 5"),
+        (lambda: RandomRegular(1).build(4), "never connected"),
+        (lambda: RandomRegular(0), "RandomRegular.degree must be >= 1"),
+        (lambda: HospitalTiers().build(30), "small \\+ medium \\+ large = 16 \\+ 8 \\+ 8 = 32"),
+        (lambda: HospitalTiers(medium=0), "HospitalTiers.medium must be >= 1"),
+        (lambda: EdgeList([[0, 0]]), "self-loop"),
+        (lambda: EdgeList([[0, 1], [1, 0]]), "twice"),
+        (lambda: EdgeList([[0, 5]]).build(3), "num_nodes >= 6"),
+        (lambda: Graph(3, torch.tensor([[1, 0]])), "i < j"),
+        (lambda: Graph(3, torch.tensor([[1, 2], [0, 1]])), "sorted and unique"),
+        (lambda: Graph(3, torch.tensor([[0, 3]])), "outside"),
+    ],
+)
+def test_bad_input_raises_clear_errors(make, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        make()

@@ -1,0 +1,72 @@
+"""``lightning-fed refer`` end to end on a tiny Digits federation, and the referral sweep + report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from lightning_fed.cli import main
+
+DIGITS = [
+    "--data=lightning_fed.data.Digits",
+    "--data.init_args.num_clients=4",
+    "--data.init_args.max_per_client=120",
+    "--model=lightning_fed.models.SmallCNN",
+    "--model.init_args.embed_dim=16",
+    "--trainer.rounds=2",
+    "--trainer.local_epochs=1",
+    "--trainer.batch_size=32",
+    "--logger.enabled=false",
+    "--output.progress_bar=false",
+]
+EDGEDRM = [
+    "--algorithm=lightning_fed.algorithms.EdgeDRM",
+    "--algorithm.init_args.topology=lightning_fed.graphs.Cycle",
+    "--algorithm.init_args.stage2_epochs=20",
+]
+
+
+def _fit(root: Path, name: str, *extra: str) -> Path:
+    main(["fit", *DIGITS, *extra, f"--output.root={root}", f"--output.name={name}"])
+    return root / name
+
+
+def test_refer_writes_every_router_and_the_baseline_rows(tmp_path: Path) -> None:
+    edrm = _fit(tmp_path, "edgedrm", *EDGEDRM)
+    local = _fit(tmp_path, "local", "--algorithm=lightning_fed.algorithms.LocalOnly")
+    main(["refer", f"--run-dir={edrm}", f"--baselines=[{local}]"])
+    table = pl.read_csv(edrm / "referral.csv")
+    routers = set(table["router"])
+    assert {
+        "EdgeDRM",
+        "EdgeDRM w/o prior",
+        "count-only",
+        "random",
+        "EdgeDRM-NR",
+        "FedDRM (centralized)",
+    } <= routers
+    assert "DFedAvgM (stage I)" in routers and "LocalOnly (local)" in routers
+    assert table.filter(pl.col("router") == "EdgeDRM").height == 3  # three prediction rules
+    assert table["accuracy"].is_between(0, 1).all()
+    nr = table.filter(pl.col("router") == "EdgeDRM-NR")
+    assert (nr["calls_per_query"] == 1).all()
+    png = (edrm / "referral_traffic.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (edrm / "referral.md").read_text().startswith("| router |")
+
+
+def test_refer_refuses_a_run_without_potentials(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    local = _fit(tmp_path, "local", "--algorithm=lightning_fed.algorithms.LocalOnly")
+    with pytest.raises(SystemExit):
+        main(["refer", f"--run-dir={local}"])
+    err = capsys.readouterr().err
+    assert "no routing potentials" in err and "--baselines" in err
+    assert not (local / "referral.csv").exists()
+
+
+def test_refer_on_a_missing_folder_is_clear(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["refer", f"--run-dir={tmp_path / 'nope'}"])
+    assert "no config.yaml" in capsys.readouterr().err
