@@ -11,6 +11,7 @@ Observer hooks, in call order (each receives the federation first)::
         on_round_start(federation, r)
         # engine.train_round(r)            local training, all centers at once
         # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
+        # engine.set_mask(algorithm.parameter_mask())   next round's sparse mask (None: dense)
         # evaluation                       per-center validation and test AUROC
         on_round_end(federation, result)   result: RoundResult; a callback may set
                                            federation.should_stop = True
@@ -127,6 +128,7 @@ class Federation:
             autocast=self.fabric.autocast if self.mixed_precision else nullcontext,
             local_term=self.algorithm.local_term(),
         )
+        self.engine.set_mask(self.algorithm.parameter_mask())
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
 
@@ -234,7 +236,9 @@ class Federation:
         losses = self.engine.train_round(r)
         t1 = time.perf_counter()
         ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility)
-        self.engine.set_params(self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire))
+        params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
+        self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
+        self.engine.set_params(params)
         t2 = time.perf_counter()
         val, test = self.evaluate("val"), self.evaluate("test")
         t3 = time.perf_counter()
@@ -342,6 +346,7 @@ class Federation:
         self.finished = bool(state.get("finished", False))
         self.engine.load_state_dict(state["engine"])
         self.algorithm.load_state_dict(state["algorithm"])
+        self.engine.set_mask(self.algorithm.parameter_mask())
         self.wire.ledger.load_state_dict(state["ledger"])
         faults = state.get("faults", {})
         self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}

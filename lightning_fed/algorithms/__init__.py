@@ -22,3 +22,12 @@ from lightning_fed.algorithms.moon import MOON  # noqa: E402
 
 __all__ += ["MOON", "FedDyn", "FedProx"]
 __all__ += ["AverageVariance", "BNNFedAvg", "MixtureMoments", "VarianceRule"]
+
+from lightning_fed.algorithms.fedspd import FedSPD  # noqa: E402
+
+__all__ += ["FedSPD"]
+
+from lightning_fed.algorithms.dispfl import DisPFL  # noqa: E402
+from lightning_fed.algorithms.masks import ERK, LayerDensity, Uniform  # noqa: E402
+
+__all__ += ["ERK", "DisPFL", "LayerDensity", "Uniform"]

@@ -67,6 +67,16 @@ class Algorithm(ABC):
         """
         return None
 
+    def parameter_mask(self) -> dict[str, Tensor] | None:
+        """Which coordinates each model trains: ``{name: bool [C, *shape]}``, or None (dense, the default).
+
+        Sparse methods (DisPFL) return their per-center masks. The federation passes the mask to the
+        engine (:meth:`Engine.set_mask <lightning_fed.engine.base.Engine.set_mask>`) after
+        :meth:`setup` and after every :meth:`aggregate`, before installing the aggregated
+        parameters; outside the mask parameters stay exactly 0 and get no update.
+        """
+        return None
+
     @abstractmethod
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         """Exchange over ``wire`` and return the new stacked parameters (all names, center order)."""

@@ -18,7 +18,8 @@ and sends ``(mu, rho)`` back. The paper leaves the variance rule open; two are c
   The spread of the centers' means counts as uncertainty.
 * :class:`AverageVariance`: ``sigma^2 = sum_j w_j sigma_j^2`` (moments averaged like parameters).
 
-Faults and validation are FedAvg's (:class:`~lightning_fed.algorithms.FedAvg`): unavailable centers
+The exchange, faults and validation are FedAvg's (:class:`~lightning_fed.algorithms.FedAvg`, which
+this class extends by its server step only): unavailable centers
 neither send nor receive, the server averages the uploads it accepts with weights renormalized over
 them, and a center that rejects the download keeps its own posterior. Personal (head) layers, when
 configured, stay local (both their ``mu`` and ``rho``).
@@ -32,9 +33,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import sample_weights
-from lightning_fed.algorithms.base import Algorithm
-from lightning_fed.comm.ledger import SERVER
-from lightning_fed.comm.wire import Wire
+from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.data.center import FederatedData
 from lightning_fed.models.base import CenterModule
 from lightning_fed.models.bayes_mlp import inverse_softplus
@@ -92,8 +91,8 @@ def aggregate_moments(weights: Tensor, mu: Tensor, rho: Tensor, rule: VarianceRu
     return mean.unsqueeze(0).to(mu.dtype), inverse_softplus(new_sigma).unsqueeze(0).to(rho.dtype)
 
 
-class BNNFedAvg(Algorithm):
-    """Star exchange of mean-field posteriors; the server aggregates their moments.
+class BNNFedAvg(FedAvg):
+    """Star exchange of mean-field posteriors (FedAvg's exchange); the server aggregates their moments.
 
     Args:
         variance: How the server combines variances (default :class:`MixtureMoments`).
@@ -101,7 +100,7 @@ class BNNFedAvg(Algorithm):
     """
 
     def __init__(self, variance: VarianceRule | None = None, personal_layers: int = 0) -> None:
-        super().__init__(personal_layers)
+        super().__init__(personal_layers)  # no server momentum: moments are aggregated, not steps
         self.variance = variance if variance is not None else MixtureMoments()
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
@@ -118,31 +117,14 @@ class BNNFedAvg(Algorithm):
                 "without such a pair: use model.class_path=lightning_fed.models.BayesianMLP"
             )
 
-    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
-        out = dict(params)
-        available = wire.available(ctx.round, self.num_centers)
-        centers = torch.arange(self.num_centers)[available]
-        if not len(centers):
-            return out
-        shared = self.shared(params)
-        if not bool(available.all()):
-            shared = {n: t.index_select(0, centers.to(t.device)) for n, t in shared.items()}
-        server = torch.full_like(centers, SERVER)
-        uploaded = wire.send(shared, centers, server, ctx.round)
-        accepted = wire.accept(uploaded, None, ctx.round)
-        if not bool(accepted.any()):
-            return out
-        keep = torch.nonzero(accepted).reshape(-1)
-        weights = sample_weights(self.n_train[centers][accepted])
+    def server_model(
+        self, uploaded: dict[str, Tensor], senders: Tensor, ctx: RoundContext
+    ) -> dict[str, Tensor]:
+        """The aggregated posterior ``(mu, rho)`` per pair (module docstring), FedAvg weights."""
+        weights = sample_weights(self.n_train[senders])
         posterior: dict[str, Tensor] = {}
         for mu_name, rho_name in self.pairs:
-            mu, rho = (uploaded[n].index_select(0, keep.to(uploaded[n].device)) for n in (mu_name, rho_name))
-            posterior[mu_name], posterior[rho_name] = aggregate_moments(weights, mu, rho, self.variance)
-        downloaded = wire.send(posterior, server, centers, ctx.round)
-        take = wire.accept(downloaded, shared, ctx.round)
-        rows = centers[take]
-        for n, t in downloaded.items():
-            new = params[n].clone()
-            new[rows.to(new.device)] = t.expand(len(rows), *t.shape[1:]).to(new.dtype)
-            out[n] = new
-        return out
+            posterior[mu_name], posterior[rho_name] = aggregate_moments(
+                weights, uploaded[mu_name], uploaded[rho_name], self.variance
+            )
+        return posterior

@@ -20,7 +20,7 @@ from torch import Tensor
 from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule, RowStreams
 
-__all__ = ["Engine", "ForwardFeatures", "TrainSet", "packed_features", "packed_logits"]
+__all__ = ["Engine", "ForwardFeatures", "TrainSet", "check_mask", "packed_features", "packed_logits"]
 
 #: One center's (or training group's) training rows: features ``[n, F]`` and labels ``[n]``.
 TrainSet = tuple[Tensor, Tensor]
@@ -35,6 +35,8 @@ class Engine(ABC):
 
     module: CenterModule
     num_models: int
+    #: The parameter mask last passed to :meth:`set_mask` (None: dense); saved in :meth:`state_dict`.
+    mask: dict[str, Tensor] | None = None
 
     def setup(
         self,
@@ -90,6 +92,29 @@ class Engine(ABC):
     def set_params(self, params: dict[str, Tensor]) -> None:
         """Overwrite the parameters (optimizer states are kept)."""
 
+    def set_mask(self, mask: dict[str, Tensor] | None) -> None:
+        """Train only the True coordinates of ``mask`` from now on (sparse methods such as DisPFL).
+
+        ``mask`` maps parameter names to bool ``[num_models, *shape]`` (names left out are dense);
+        None removes the mask. While a mask is set, coordinates outside it stay exactly 0: their
+        gradient is zeroed before every optimizer step, :meth:`set_params` zeroes them, and setting a
+        mask zeroes them in the current parameters and in the optimizer state (momentum, Adam
+        moments; step counts are per model and kept), so a coordinate pruned now and regrown later
+        restarts from a zero state. The mask is part of :meth:`state_dict` (``"mask"``, only when
+        set) and :meth:`load_state_dict` restores it before the parameters, so a saved state (early
+        stopping's best round) comes back exactly. Engines that cannot mask accept only None (this
+        default).
+
+        Raises:
+            ValueError: If a mask is given to an engine without mask support.
+        """
+        if mask is not None:
+            raise ValueError(
+                f"trainer.engine: {type(self).__name__} cannot train masked (sparse) parameters, which "
+                "the algorithm asks for; use lightning_fed.engine.PackedEngine or SequentialEngine in "
+                "one process"
+            )
+
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Parameters and optimizer states."""
@@ -125,6 +150,22 @@ def packed_logits(
         return torch.func.functional_call(module, p, (xb,))
 
     return torch.vmap(single, randomness="different")(params, x)
+
+
+def check_mask(mask: dict[str, Tensor], shapes: dict[str, torch.Size], num_models: int) -> None:
+    """Validate a :meth:`Engine.set_mask` argument against the parameter ``shapes`` (one model's).
+
+    Raises:
+        ValueError: On an unknown name, a non-bool tensor or a shape other than ``[num_models, *shape]``.
+    """
+    for name, m in mask.items():
+        if name not in shapes:
+            raise ValueError(f"parameter mask names {name!r}, which is not a parameter of the model")
+        if m.dtype != torch.bool or tuple(m.shape) != (num_models, *shapes[name]):
+            raise ValueError(
+                f"parameter mask {name!r} must be bool of shape {(num_models, *shapes[name])}, "
+                f"got {m.dtype} {tuple(m.shape)}"
+            )
 
 
 class ForwardFeatures(torch.nn.Module):

@@ -17,6 +17,11 @@ process under DDP, :mod:`lightning_fed.distributed`) reproduces those centers of
 engine exactly. One generator per center costs one small ``randint`` call per active center and layer
 per step; ``benchmarks/scale.py --masks`` measures it side by side with one shared generator.
 
+Sparse methods (DisPFL) set a parameter mask (:meth:`PackedEngine.set_mask`): the flat gradient of
+the active centers is zeroed outside it before each optimizer step, and parameters and optimizer
+state outside it are zeroed when it is set (and parameters again after :meth:`~PackedEngine.set_params`).
+Without a mask the step is unchanged.
+
 Divergence is contained per center: a center whose loss turns non-finite in any step of the round
 (or whose parameters end the round non-finite) gets its parameters and optimizer state restored to
 their values before the round, so its remaining steps of the round have no effect; its reported
@@ -33,7 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.engine.base import Engine, TrainSet, packed_features, packed_logits
+from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_features, packed_logits
 from lightning_fed.engine.objective import LocalTerm, TermBatch
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
@@ -161,6 +166,9 @@ class PackedEngine(Engine):
         self._saved: tuple[Tensor, dict[str, Tensor]] | None = (
             None  # round-start snapshot buffers  # reused every step (fresh buffers cost page faults)
         )
+        #: Bool ``[C, D]`` (sorted order), True where a parameter is masked out; None: no mask.
+        self._masked_out: Tensor | None = None
+        self.mask = None
 
     def _views(self, flat: Tensor) -> dict[str, Tensor]:
         """Named parameter views ``[k, *shape]`` into a ``[k, D]`` buffer."""
@@ -198,6 +206,9 @@ class PackedEngine(Engine):
                     )
                 else:
                     per_center, grad = self._autograd_step(k, xb, yb, mask, gen, before[0])
+                if self._masked_out is not None:
+                    # p = 0, state = 0 and g = 0 outside the mask: Adam/SGD (and L2 decay) move nothing there.
+                    grad.masked_fill_(self._masked_out[:k], 0.0)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
         loss = loss_sum / self.steps.to(loss_sum)
@@ -280,15 +291,40 @@ class PackedEngine(Engine):
         order = self.order.to(self.device)
         for n, view in self._views(self.flat).items():
             view.copy_(params[n].index_select(0, order))
+        if self._masked_out is not None:
+            self.flat.masked_fill_(self._masked_out, 0.0)
+
+    def set_mask(self, mask: dict[str, Tensor] | None) -> None:
+        """See :meth:`Engine.set_mask <lightning_fed.engine.base.Engine.set_mask>`: one flat bool
+        ``[C, D]`` row per center zeroes the flat gradient of the active prefix before each step."""
+        if mask is None:
+            self.mask = self._masked_out = None
+            return
+        check_mask(mask, self.shapes, self.num_models)
+        self.mask = {n: m.detach().clone() for n, m in mask.items()}
+        out = torch.zeros_like(self.flat, dtype=torch.bool)
+        order = self.order.to(self.device)
+        for n, m in mask.items():
+            a, b = self.spans[n]
+            out[:, a:b] = ~m.to(self.device).reshape(self.num_models, -1).index_select(0, order)
+        self._masked_out = out
+        self.flat.masked_fill_(out, 0.0)
+        for t in self.opt_state.values():
+            if t.shape == out.shape:
+                t.masked_fill_(out, 0.0)
 
     def state_dict(self) -> dict[str, Any]:
         inv = self.inverse.to(self.device)
-        return {
+        out = {
             "params": self.get_params(),
             "optimizer": {n: t.index_select(0, inv).clone() for n, t in self.opt_state.items()},
         }
+        if self.mask is not None:
+            out["mask"] = {n: m.clone() for n, m in self.mask.items()}
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_mask(state.get("mask"))
         self.set_params(state["params"])
         order = self.order.to(self.device)
         for n, t in self.opt_state.items():

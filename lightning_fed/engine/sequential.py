@@ -5,6 +5,10 @@ trains on the batches of :mod:`lightning_fed.engine.schedule`. It is the referen
 is tested against, and the fallback for models that cannot be packed (custom optimizers, layers that
 ``vmap`` does not support).
 
+With a parameter mask (:meth:`SequentialEngine.set_mask`, DisPFL) each center's ``p.grad`` is zeroed
+outside its mask before ``opt.step()``, and parameters and optimizer state outside it are zeroed when
+it is set and after :meth:`~SequentialEngine.set_params`.
+
 A center whose loss turns non-finite gets its parameters and optimizer state restored to their
 values before the round and skips the rest of the round (loss NaN, flagged in
 :attr:`SequentialEngine.last_diverged`), as in the packed engine.
@@ -19,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.engine.base import Engine, ForwardFeatures, TrainSet
+from lightning_fed.engine.base import Engine, ForwardFeatures, TrainSet, check_mask
 from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import _only_optimizer
 from lightning_fed.engine.schedule import center_batches
@@ -35,6 +39,9 @@ class SequentialEngine(Engine):
         self.data = [(x.to(self.device, dtype), y.to(self.device, dtype)) for x, y in train]
         self.models = [copy.deepcopy(self.module).to(self.device, dtype) for _ in train]
         self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
+        #: Per model, ``(parameter, bool masked-out)`` pairs of the masked parameters; None: no mask.
+        self._masked_out: list[list[tuple[torch.nn.Parameter, Tensor]]] | None = None
+        self.mask = None
 
     #: Bool ``[C]``: centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
@@ -59,6 +66,9 @@ class SequentialEngine(Engine):
                         self.last_diverged[c] = True
                         break
                     loss.backward()
+                    if self._masked_out is not None:
+                        for p, out in self._masked_out[c]:
+                            p.grad.masked_fill_(out, 0.0)
                     opt.step()
                     losses[c] += loss.item()
             losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
@@ -114,14 +124,41 @@ class SequentialEngine(Engine):
         for c, model in enumerate(self.models):
             for n, p in model.named_parameters():
                 p.copy_(params[n][c])
+        for pairs in self._masked_out or []:
+            for p, out in pairs:
+                p.masked_fill_(out, 0.0)
+
+    @torch.no_grad()
+    def set_mask(self, mask: dict[str, Tensor] | None) -> None:
+        """See :meth:`Engine.set_mask <lightning_fed.engine.base.Engine.set_mask>`."""
+        if mask is None:
+            self.mask = self._masked_out = None
+            return
+        shapes = {n: p.shape for n, p in self.module.named_parameters()}
+        check_mask(mask, shapes, self.num_models)
+        self.mask = {n: m.detach().clone() for n, m in mask.items()}
+        self._masked_out = []
+        for c, (model, opt) in enumerate(zip(self.models, self.optimizers, strict=True)):
+            named = dict(model.named_parameters())
+            pairs = [(named[n], ~m[c].to(named[n].device)) for n, m in mask.items()]
+            for p, out in pairs:
+                p.masked_fill_(out, 0.0)
+                for value in opt.state.get(p, {}).values():
+                    if isinstance(value, Tensor) and value.shape == p.shape:
+                        value.masked_fill_(out, 0.0)
+            self._masked_out.append(pairs)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "params": self.get_params(),
             "optimizers": [opt.state_dict() for opt in self.optimizers],
         }
+        if self.mask is not None:
+            out["mask"] = {n: m.clone() for n, m in self.mask.items()}
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.set_mask(state.get("mask"))
         self.set_params(state["params"])
         for opt, s in zip(self.optimizers, state["optimizers"], strict=True):
             opt.load_state_dict(s)

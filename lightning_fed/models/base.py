@@ -28,7 +28,26 @@ import lightning as L
 import torch
 from torch import Tensor
 
-__all__ = ["CenterModule", "RowStreams"]
+__all__ = ["CenterModule", "RowStreams", "input_width_to_build"]
+
+
+def input_width_to_build(bound: int | None, num_features: int) -> bool:
+    """Whether a model bound to ``bound`` inputs (None: not yet) must build its layers for
+    ``num_features``; raises when it was built (or configured) for another width.
+
+    Raises:
+        ValueError: If ``bound`` differs from ``num_features``, or ``num_features < 1``.
+    """
+    if bound is not None:
+        if bound != num_features:
+            raise ValueError(
+                f"model.in_features={bound} but the data has {num_features} features: "
+                "remove model.in_features or set it to the data's width"
+            )
+        return False
+    if num_features < 1:
+        raise ValueError(f"model.in_features must be >= 1, got {num_features}")
+    return True
 
 
 @runtime_checkable

@@ -35,8 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.models.base import CenterModule
-from lightning_fed.models.mlp import RowStreams
+from lightning_fed.models.base import CenterModule, RowStreams, input_width_to_build
 
 __all__ = ["BayesianLinear", "BayesianMLP", "gaussian_kl", "inverse_softplus", "standard_normal"]
 
@@ -159,15 +158,8 @@ class BayesianMLP(CenterModule):
 
     def set_num_features(self, num_features: int) -> None:
         """Build the layers for ``num_features`` inputs (error if built for another width)."""
-        if self.in_features is not None:
-            if self.in_features != num_features:
-                raise ValueError(
-                    f"model.in_features={self.in_features} but the data has {num_features} features: "
-                    "remove model.in_features or set it to the data's width"
-                )
+        if not input_width_to_build(self.in_features, num_features):
             return
-        if num_features < 1:
-            raise ValueError(f"model.in_features must be >= 1, got {num_features}")
         self.in_features = int(num_features)
         widths = [self.in_features, *self.hidden, 1]
         self.layers = nn.ModuleList(
