@@ -95,10 +95,24 @@ def _one_line(message: str) -> str:
     return reasons[0] if message.startswith("Does not validate") and reasons else message
 
 
+def _dump(parser: Any, cfg: Any) -> str:
+    """The resolved config as YAML, None values included (``skip_none`` is deprecated in jsonargparse
+    4.49 in favour of ``skip_unset``; both keep them when False)."""
+    import inspect
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        keep = {"skip_unset": False} if "skip_unset" in inspect.signature(parser.dump).parameters else {}
+        return parser.dump(cfg, **(keep or {"skip_none": False}))
+
+
 def _instantiate(parser: Any, cfg: Any) -> Any:
     """Instantiate every group, turning constructor errors into one clear line."""
+    # jsonargparse >= 4.49 names it ``instantiate`` (and warns about the old name).
+    instantiate = getattr(parser, "instantiate", None) or parser.instantiate_classes
     try:
-        return parser.instantiate_classes(cfg)
+        return instantiate(cfg)
     except (ValueError, TypeError, FileNotFoundError) as err:
         _fail(_one_line(str(err)))
 
@@ -207,7 +221,7 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
         print(f"lightning-fed: resuming {run_dir} from round {start}")
     elif fabric.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
-        write_text(run_dir / "config.yaml", parser.dump(dumped, skip_none=False))
+        write_text(run_dir / "config.yaml", _dump(parser, dumped))
     say = print if fabric.is_global_zero else (lambda *_: None)
     say(
         f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "

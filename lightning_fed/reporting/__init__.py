@@ -53,8 +53,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
 
     Returns:
         The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
-        (absent when no run has per-round isolation data), and ``referral.md`` / ``referral.csv``
-        (every run's referral table, when any run has one).
+        (absent when no run has per-round isolation data), and, when any run has a referral table,
+        ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
+        router) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier).
 
     Raises:
         ValueError: If ``root`` holds no run directory.
@@ -72,6 +73,12 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
     referrals = collect_referrals(root)
     if referrals.height:
         from lightning_fed.referral.refer import write_referral
+        from lightning_fed.referral.summary_plots import gain_plot, tier_share_plot
 
         written["referral.csv"], written["referral.md"] = write_referral(referrals, out)
+        gain_plot(referrals, out / "referral_gain.png")
+        written["referral_gain.png"] = out / "referral_gain.png"
+        if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
+            tier_share_plot(referrals, out / "referral_tiers.png")
+            written["referral_tiers.png"] = out / "referral_tiers.png"
     return written

@@ -16,9 +16,14 @@ __all__ = ["collect_referrals"]
 
 
 def collect_referrals(root: Path) -> pl.DataFrame:
-    """All ``referral.csv`` tables under ``root`` (recursively), with a leading ``run`` column."""
+    """All run folders' ``referral.csv`` under ``root`` (recursively), with a leading ``run`` column.
+
+    Only folders holding a ``summary.json`` count (a report folder's combined table is not a run).
+    """
     frames = []
     for path in sorted(Path(root).rglob("referral.csv")):
+        if not (path.parent / "summary.json").is_file():
+            continue
         table = pl.read_csv(path)
         frames.append(table.select(pl.lit(path.parent.name).alias("run"), pl.all()))
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()

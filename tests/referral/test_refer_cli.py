@@ -55,6 +55,12 @@ def test_refer_writes_every_router_and_the_baseline_rows(tmp_path: Path) -> None
     png = (edrm / "referral_traffic.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert (edrm / "referral.md").read_text().startswith("| router |")
+    # The report gathers every run's referral table (twice: its own output is not a run).
+    for _ in range(2):
+        main(["report", str(tmp_path)])
+    combined = pl.read_csv(tmp_path / "report" / "referral.csv")
+    assert set(combined["run"]) == {"edgedrm"} and combined.height == table.height
+    assert (tmp_path / "report" / "referral_gain.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_refer_refuses_a_run_without_potentials(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
