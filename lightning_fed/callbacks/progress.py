@@ -1,4 +1,4 @@
-"""A tqdm progress bar over rounds: round, mean validation AUROC, cumulative MB sent."""
+"""A tqdm progress bar over rounds: round, mean validation AUROC and accuracy, cumulative MB sent."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ class ProgressBar(Callback):
             return
         val = summarize(result.val_auroc)
         postfix = {"val_auroc": f"{val.mean:.4f}", "MB": f"{result.bytes_cumulative / 1e6:.1f}"}
+        if result.val_accuracy is not None:
+            postfix["val_acc"] = f"{summarize(result.val_accuracy).mean:.4f}"
         postfix.update({k: f"{v:.3g}" for k, v in result.stats.items() if not k.startswith("seconds")})
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)
