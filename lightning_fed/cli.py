@@ -386,7 +386,10 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
     parser.add_argument("--processes", type=int, default=1, help="runs at once")
     parser.add_argument("--refer", type=list[str], default=[], help="config stems whose runs get 'refer'")
     parser.add_argument(
-        "--refer_baselines", type=list[str], default=[], help="config stems passed as refer --baselines"
+        "--refer_baselines",
+        type=list[str] | dict[str, list[str]],
+        default=[],
+        help="config stems passed as refer --baselines (a list, or a map: referral config -> list)",
     )
     args = parser.parse_args(list(argv))
     try:

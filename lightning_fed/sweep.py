@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +64,7 @@ def plan(
     seeds: Sequence[int],
     output: str | Path,
     refer: Sequence[str] = (),
-    refer_baselines: Sequence[str] = (),
+    refer_baselines: Sequence[str] | Mapping[str, Sequence[str]] = (),
 ) -> list[SweepRun]:
     """The grid, config-major, validated before anything runs.
 
@@ -73,7 +73,9 @@ def plan(
         seeds: Seeds.
         output: Folder of the run folders.
         refer: Config stems whose runs also get ``lightning-fed refer``.
-        refer_baselines: Config stems whose runs (same seed) are those referrals' ``--baselines``.
+        refer_baselines: Config stems whose runs (same seed) are those referrals' ``--baselines``:
+            one list for every referral run, or a mapping from a referral config's stem to its own
+            list (e.g. the DisPFL and FedSPD runs on the same graph).
 
     Raises:
         FileNotFoundError: If a config does not exist.
@@ -89,7 +91,10 @@ def plan(
     stems = [c.stem for c in configs]
     if len(set(stems)) != len(stems):
         raise ValueError(f"sweep.configs: run folders are named by config file name, which repeat: {stems}")
-    unknown = [u for u in [*refer, *refer_baselines] if u not in stems]
+    by_config = dict(refer_baselines) if isinstance(refer_baselines, Mapping) else None
+    named = [*refer, *(by_config or {}), *(b for bs in (by_config or {}).values() for b in bs)]
+    named += [] if by_config is not None else list(refer_baselines)
+    unknown = [u for u in named if u not in stems]
     if unknown:
         raise ValueError(
             f"sweep.refer / refer_baselines name configs not in the sweep: {unknown} (use file stems)"
@@ -99,7 +104,8 @@ def plan(
     def cell(c: Path, s: int) -> SweepRun:
         baselines = None
         if c.stem in refer:
-            baselines = tuple(output / f"{b}-seed{int(s)}" for b in refer_baselines)
+            chosen = by_config.get(c.stem, ()) if by_config is not None else refer_baselines
+            baselines = tuple(output / f"{b}-seed{int(s)}" for b in chosen)
         return SweepRun(c, int(s), output / f"{c.stem}-seed{int(s)}", baselines)
 
     return [cell(c, s) for c in configs for s in seeds]

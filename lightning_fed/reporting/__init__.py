@@ -55,7 +55,9 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
         The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
         (absent when no run has per-round isolation data), and, when any run has a referral table,
         ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
-        router) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier).
+        router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 / 2 layout: graph x method rows,
+        dataset x partition columns, mean +/- SD over seeds, best decentralized in bold) and, with
+        hospital tiers, ``referral_tiers.png`` (share of calls per tier).
 
     Raises:
         ValueError: If ``root`` holds no run directory.
@@ -78,6 +80,14 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
         written["referral.csv"], written["referral.md"] = write_referral(referrals, out)
         gain_plot(referrals, out / "referral_gain.png")
         written["referral_gain.png"] = out / "referral_gain.png"
+        from lightning_fed.io import write_text
+        from lightning_fed.reporting.edgedrm_tables import edgedrm_markdown, edgedrm_rows, edgedrm_table
+
+        rows = edgedrm_rows(root)
+        if rows.height:
+            written["edgedrm_table.md"] = write_text(
+                out / "edgedrm_table.md", edgedrm_markdown(edgedrm_table(rows))
+            )
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")
             written["referral_tiers.png"] = out / "referral_tiers.png"

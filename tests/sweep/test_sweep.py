@@ -119,3 +119,22 @@ def test_plan_marks_referral_runs_and_their_baselines(tmp_path: Path) -> None:
     assert run.done
     with pytest.raises(ValueError, match="not in the sweep"):
         plan([a, b], [1], tmp_path / "out", refer=["nope"])
+
+
+def test_plan_maps_baselines_per_referral_config(tmp_path: Path) -> None:
+    stems = ["local_x", "dispfl_path", "edgedrm_path", "edgedrm_cycle"]
+    for s in stems:
+        (tmp_path / f"{s}.yaml").write_text("seed: 0\n")
+    runs = plan(
+        [tmp_path / f"{s}.yaml" for s in stems],
+        [3],
+        tmp_path / "out",
+        refer=["edgedrm_path", "edgedrm_cycle"],
+        refer_baselines={"edgedrm_path": ["local_x", "dispfl_path"], "edgedrm_cycle": ["local_x"]},
+    )
+    by_name = {r.name: r for r in runs}
+    out = tmp_path / "out"
+    assert by_name["edgedrm_path-seed3"].refer_baselines == (out / "local_x-seed3", out / "dispfl_path-seed3")
+    assert by_name["edgedrm_cycle-seed3"].refer_baselines == (out / "local_x-seed3",)
+    with pytest.raises(ValueError, match="not in the sweep"):
+        plan([tmp_path / "local_x.yaml"], [1], out, refer=["local_x"], refer_baselines={"local_x": ["nope"]})

@@ -1,0 +1,84 @@
+"""The EdgeDRM Table 1 / 2 layout from referral run folders: methods, settings, mean +/- SD, best bold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from lightning_fed.reporting.edgedrm_tables import edgedrm_markdown, edgedrm_rows, edgedrm_table, run_setting
+
+CONFIG = """seed: {seed}
+data:
+  class_path: lightning_fed.data.FashionMNIST
+  init_args:
+    partition:
+      class_path: lightning_fed.data.Shards
+      init_args: {{per_client: 5}}
+algorithm:
+  class_path: lightning_fed.algorithms.EdgeDRM
+  init_args:
+    topology: {{class_path: lightning_fed.graphs.{graph}}}
+"""
+
+
+def _run(root: Path, name: str, seed: int, graph: str, acc: dict[tuple[str, str], float]) -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({}))
+    (run / "config.yaml").write_text(CONFIG.format(seed=seed, graph=graph))
+    rows = [{"router": r, "prediction_rule": rule, "accuracy": a} for (r, rule), a in acc.items()]
+    pl.DataFrame(rows).write_csv(run / "referral.csv")
+
+
+def test_rows_means_sd_and_best_mark(tmp_path: Path) -> None:
+    """Two seeds on a path graph: EdgeDRM (0.6, 0.7) -> 65.00 +/- 7.07 (sample SD of 60 and 70),
+    DFedAvgM (0.3, 0.5) -> 40.00 +/- 14.14; FedDRM 0.9 is a reference and is never bold."""
+    for seed, (e, d) in ((1, (0.6, 0.3)), (2, (0.7, 0.5))):
+        _run(
+            tmp_path,
+            f"edgedrm-seed{seed}",
+            seed,
+            "Path",
+            {
+                ("EdgeDRM", "weighted history"): e,
+                ("EdgeDRM", "hard terminal"): 0.0,  # not a reported rule
+                ("DFedAvgM (stage I)", "hard terminal"): d,
+                ("FedDRM (centralized)", "weighted history"): 0.9,
+                ("LocalOnly (local-seed1)", "hard terminal"): 0.2,
+                ("DisPFL (dispfl-seed1)", "hard terminal"): 0.45,
+            },
+        )
+    rows = edgedrm_rows(tmp_path)
+    assert set(rows["method"]) == {"EdgeDRM", "DFedAvgM", "FedDRM", "Local", "DisPFL"}
+    table = edgedrm_table(rows)
+    edrm = table.filter(pl.col("method") == "EdgeDRM").row(0, named=True)
+    assert (
+        edrm["mean"] == pytest.approx(65.0) and edrm["sd"] == pytest.approx(7.0710678) and edrm["seeds"] == 2
+    )
+    md = edgedrm_markdown(table)
+    assert "| Path | EdgeDRM | **65.00 ± 7.07** |" in md
+    assert "| Path | FedDRM | 90.00 ± 0.00 |" in md
+    assert md.index("| Path | Local |") < md.index("| Path | DFedAvgM |") < md.index("| Path | EdgeDRM |")
+
+
+def test_setting_names() -> None:
+    cfg = {
+        "seed": 5,
+        "data": {
+            "class_path": "lightning_fed.data.CIFAR",
+            "init_args": {
+                "variant": 20,
+                "partition": {
+                    "class_path": "lightning_fed.data.DirichletLabels",
+                    "init_args": {"alpha": 0.3},
+                },
+            },
+        },
+        "algorithm": {
+            "init_args": {"topology": {"class_path": "x.RandomRegular", "init_args": {"degree": 4}}}
+        },
+    }
+    assert run_setting(cfg) == {"dataset": "CIFAR-20", "partition": "Dir-0.3", "graph": "RR4", "seed": 5}
