@@ -20,7 +20,16 @@ from torch import Tensor, nn
 from lightning_fed.models.base import CenterModule
 from lightning_fed.validation import check_int, check_number
 
-__all__ = ["ImageClassifier", "SmallCNN"]
+__all__ = ["ImageClassifier", "SmallCNN", "width_and_groups"]
+
+
+def width_and_groups(width: int, groups: int) -> tuple[int, int]:
+    """Validated ``(model.width, model.groups)``: GroupNorm needs ``groups`` to divide every layer
+    width, which are multiples of ``width``."""
+    width, groups = check_int("model.width", width, 1), check_int("model.groups", groups, 1)
+    if width % groups:
+        raise ValueError(f"model.groups={groups} must divide model.width={width} (and so every layer width)")
+    return width, groups
 
 
 class ImageClassifier(CenterModule):
@@ -152,10 +161,7 @@ class SmallCNN(ImageClassifier):
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
     ) -> None:
-        self.width = check_int("model.width", width, 1)
-        self.groups = check_int("model.groups", groups, 1)
-        if self.width % self.groups:
-            raise ValueError(f"model.groups={groups} must divide model.width={width}")
+        self.width, self.groups = width_and_groups(width, groups)
         super().__init__(num_classes, embed_dim, in_channels, lr, momentum, weight_decay)
         self.save_hyperparameters()
 

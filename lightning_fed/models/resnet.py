@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lightning_fed.models.cnn import ImageClassifier
-from lightning_fed.validation import check_int
+from lightning_fed.models.cnn import ImageClassifier, width_and_groups
 
 __all__ = ["BasicBlockGN", "ResNet18GN"]
 
@@ -73,12 +72,7 @@ class ResNet18GN(ImageClassifier):
         momentum: float = 0.9,
         weight_decay: float = 5e-4,
     ) -> None:
-        self.width = check_int("model.width", width, 1)
-        self.groups = check_int("model.groups", groups, 1)
-        if self.width % self.groups:
-            raise ValueError(
-                f"model.groups={groups} must divide model.width={width} (and so every stage width)"
-            )
+        self.width, self.groups = width_and_groups(width, groups)
         super().__init__(num_classes, embed_dim, in_channels, lr, momentum, weight_decay)
         self.save_hyperparameters()
 
