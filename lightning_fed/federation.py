@@ -15,10 +15,11 @@ Observer hooks, in call order (each receives the federation first)::
         # evaluation                       per-center validation and test AUROC
         on_round_end(federation, result)   result: RoundResult; a callback may set
                                            federation.should_stop = True
-    # algorithm.finish(ctx)                a final stage after the last round (EdgeDRM's stage II);
-    #                                      it reports progress through on_finish_log(federation, scalars)
     on_train_end(federation)               after the last round, before the summary (early
                                            stopping restores the best parameters here)
+    # algorithm.finish(ctx)                a final stage on those parameters (EdgeDRM's stage II),
+    #                                      once, also after early stopping; it reports progress
+    #                                      through on_finish_log(federation, scalars)
     on_fit_end(federation, summary)        summary: dict of final metrics
 
 Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) also go to
@@ -197,9 +198,9 @@ class Federation:
             self.round += 1
             self.fabric.log_dict(self._round_scalars(result), step=result.round)
             self.fabric.call("on_round_end", self, result)
-        if not self.should_stop and self.round >= self.trainer.rounds and not self.finished:
-            self._finish()
         self.fabric.call("on_train_end", self)
+        if not self.finished:
+            self._finish()
         summary = self.summary(wall_seconds=time.perf_counter() - start)
         self.fabric.log_dict({f"final/{k}": v for k, v in summary.items() if isinstance(v, int | float)})
         self.fabric.call("on_fit_end", self, summary)

@@ -114,3 +114,33 @@ def test_edgedrm_runs_inside_a_federation() -> None:
     fed.fit()
     assert algo.potentials is not None and algo.potentials.theta.shape == (3, 2)
     assert fed.wire.ledger.round_total(1) == 8 * 4 + 12 * 4 * 11
+
+
+def test_stage_two_runs_once_after_early_stopping_restores_the_best_round() -> None:
+    """Early stopping ends stage I before trainer.rounds and restores its best round in on_train_end;
+    stage II must still run (once), on those restored parameters, so referral has potentials."""
+    from lightning.fabric import Fabric
+
+    from lightning_fed.callbacks import EarlyStopping
+    from lightning_fed.federation import Federation
+    from lightning_fed.types import TrainerConfig
+
+    seen: list[int] = []
+
+    class Spy(EdgeDRM):
+        def finish(self, ctx):
+            seen.append(ctx.round)
+            return super().finish(ctx)
+
+    algo = Spy(topology=Path(), stage2_epochs=3)
+    stopper = EarlyStopping(patience=1, min_delta=1.0)  # no round improves by 1.0: stops after round 2
+    fed = Federation(
+        toy_federation(),
+        ToyModule(),
+        algo,
+        TrainerConfig(rounds=10, local_epochs=1, batch_size=64),
+        fabric=Fabric(accelerator="cpu", devices=1, callbacks=[stopper]),
+    )
+    fed.fit()
+    assert fed.round < 10 and seen == [fed.round] and fed.finished
+    assert algo.potentials is not None
