@@ -32,7 +32,7 @@ from lightning_fed.data.images_partition import LabelPartition, Shards, client_s
 from lightning_fed.data.images_transforms import ColourTransform, client_transforms
 from lightning_fed.validation import check_int
 
-__all__ = ["CIFAR", "Digits", "FashionMNIST", "ImageSource", "image_center"]
+__all__ = ["CIFAR", "Digits", "FashionMNIST", "ImageSource", "image_center", "image_options"]
 
 GREY = ("grey",)
 RGB = ("red", "green", "blue")
@@ -100,6 +100,16 @@ def image_center(
     )
 
 
+def image_options(
+    transforms: bool, max_per_client: int | None, seed: int | None
+) -> tuple[bool, int | None, int | None]:
+    """Validated ``(data.transforms, data.max_per_client, data.seed)``, shared by every image source."""
+    if not isinstance(transforms, bool):
+        raise ValueError(f"data.transforms must be true or false, got {transforms!r}")
+    per_client = None if max_per_client is None else check_int("data.max_per_client", max_per_client, 3)
+    return transforms, per_client, None if seed is None else check_int("data.seed", seed, 0)
+
+
 class ImageSource(DataSource):
     """A pooled labelled image collection dealt to clients by a label partition (App. D.1).
 
@@ -132,13 +142,7 @@ class ImageSource(DataSource):
                 f"data.partition must be a label partition (Shards, DirichletLabels), got {partition!r}"
             )
         self.partition = partition if partition is not None else Shards()
-        if not isinstance(transforms, bool):
-            raise ValueError(f"data.transforms must be true or false, got {transforms!r}")
-        self.transforms = transforms
-        self.max_per_client = (
-            None if max_per_client is None else check_int("data.max_per_client", max_per_client, 3)
-        )
-        self.seed = None if seed is None else check_int("data.seed", seed, 0)
+        self.transforms, self.max_per_client, self.seed = image_options(transforms, max_per_client, seed)
 
     @abstractmethod
     def pooled(self) -> tuple[np.ndarray, np.ndarray, int]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import FederatedData, stratified_split
-from lightning_fed.data.images import RGB, image_center
+from lightning_fed.data.images import RGB, image_center, image_options
 from lightning_fed.data.images_partition import subsample
 from lightning_fed.data.images_transforms import client_transforms
 from lightning_fed.seeding import numpy_rng
@@ -85,13 +85,7 @@ class ISIC2019(DataSource):
         self.val_fraction = check_number("data.val_fraction", val_fraction, 0.0, strict=True)
         if self.val_fraction >= 1.0:
             raise ValueError(f"data.val_fraction must be < 1, got {val_fraction}")
-        if not isinstance(transforms, bool):
-            raise ValueError(f"data.transforms must be true or false, got {transforms!r}")
-        self.transforms = transforms
-        self.max_per_client = (
-            None if max_per_client is None else check_int("data.max_per_client", max_per_client, 3)
-        )
-        self.seed = None if seed is None else check_int("data.seed", seed, 0)
+        self.transforms, self.max_per_client, self.seed = image_options(transforms, max_per_client, seed)
         self.root, self.split_csv = str(root), str(split_csv)
         if not Path(root).is_dir():
             raise ValueError(f"data.root={root!r} is not a folder: point it at the ISIC2019 images")

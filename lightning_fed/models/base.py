@@ -22,13 +22,21 @@ packed engine reads its hyperparameters and runs the same update functionally on
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import lightning as L
 import torch
 from torch import Tensor
 
-__all__ = ["CenterModule", "RowStreams", "input_width_to_build"]
+__all__ = ["CenterModule", "RowStreams", "hidden_widths", "input_width_to_build"]
+
+
+def hidden_widths(hidden: Sequence[int]) -> tuple[int, ...]:
+    """Validated ``model.hidden``: a non-empty list of positive layer widths."""
+    if not hidden or any(int(h) < 1 for h in hidden):
+        raise ValueError(f"model.hidden must be a non-empty list of positive widths, got {list(hidden)}")
+    return tuple(int(h) for h in hidden)
 
 
 def input_width_to_build(bound: int | None, num_features: int) -> bool:

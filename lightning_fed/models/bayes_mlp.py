@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.models.base import CenterModule, RowStreams, input_width_to_build
+from lightning_fed.models.base import CenterModule, RowStreams, hidden_widths, input_width_to_build
 
 __all__ = ["BayesianLinear", "BayesianMLP", "gaussian_kl", "inverse_softplus", "standard_normal"]
 
@@ -145,10 +145,9 @@ class BayesianMLP(CenterModule):
             raise ValueError(f"model.lr must be > 0, got {lr}")
         if not weight_decay >= 0:
             raise ValueError(f"model.weight_decay must be >= 0, got {weight_decay}")
-        if not hidden or any(int(h) < 1 for h in hidden):
-            raise ValueError(f"model.hidden must be a non-empty list of positive widths, got {list(hidden)}")
+        widths = hidden_widths(hidden)
         self.save_hyperparameters()
-        self.hidden = tuple(int(h) for h in hidden)
+        self.hidden = widths
         self.prior_sigma, self.init_sigma = float(prior_sigma), float(init_sigma)
         self.kl_weight, self.lr, self.weight_decay = float(kl_weight), float(lr), float(weight_decay)
         self.layers = nn.ModuleList()

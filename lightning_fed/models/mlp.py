@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from lightning_fed.models.base import CenterModule, RowStreams, input_width_to_build
+from lightning_fed.models.base import CenterModule, RowStreams, hidden_widths, input_width_to_build
 
 __all__ = ["MortalityMLP", "RowStreams", "dropout_mask"]
 
@@ -106,10 +106,9 @@ class MortalityMLP(CenterModule):
             raise ValueError(f"model.lr must be > 0, got {lr}")
         if weight_decay < 0:
             raise ValueError(f"model.weight_decay must be >= 0, got {weight_decay}")
-        if not hidden or any(int(h) < 1 for h in hidden):
-            raise ValueError(f"model.hidden must be a non-empty list of positive widths, got {list(hidden)}")
+        widths = hidden_widths(hidden)
         self.save_hyperparameters()
-        self.hidden = tuple(int(h) for h in hidden)
+        self.hidden = widths
         self.dropout = float(dropout)
         self.lr = float(lr)
         self.weight_decay = float(weight_decay)
