@@ -9,7 +9,8 @@ Observer hooks, in call order (each receives the federation first)::
     on_fit_start(federation)
     for each round r:
         on_round_start(federation, r)
-        # engine.train_round(r)            local training, all centers at once
+        # algorithm.train_round(engine, r) local training, all centers at once (default:
+        #                                  engine.train_round(r))
         # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
         # engine.set_mask(algorithm.parameter_mask())   next round's sparse mask (None: dense)
         # evaluation                       per-center validation and test AUROC
@@ -128,6 +129,7 @@ class Federation:
             dtype=self.dtype,
             autocast=self.fabric.autocast if self.mixed_precision else nullcontext,
             local_term=self.algorithm.local_term(),
+            steps=self.trainer.local_steps,
         )
         self.engine.set_mask(self.algorithm.parameter_mask())
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
@@ -234,7 +236,7 @@ class Federation:
         self.fabric.call("on_round_start", self, r)
         collective_start = self.collective_seconds
         t0 = time.perf_counter()
-        losses = self.engine.train_round(r)
+        losses = self.algorithm.train_round(self.engine, r)
         t1 = time.perf_counter()
         ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility)
         params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)

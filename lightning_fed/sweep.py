@@ -11,35 +11,73 @@ A sweep file names the configs, the seeds, the output folder and optional overri
     refer_baselines: [local_fmnist]      # ... with these configs' runs (same seed) as --baselines
 
 Run ``r`` of config ``C`` with seed ``s`` writes ``output/<C's stem>-seed<s>/``; a run whose folder
-already holds ``summary.json`` is skipped, so an interrupted sweep picks up where it stopped. Each
-run is a separate ``lightning-fed fit`` process, so runs cannot share state and a crash stays in
+already holds ``summary.json`` is skipped, so an interrupted sweep picks up where it stopped. Runs go
+seed by seed (every config of the first seed first), so an interrupted sweep leaves whole seeds.
+Each run is a separate ``lightning-fed fit`` process, so runs cannot share state and a crash stays in
 its run (its log is ``output/<run>.log``). Each run process gets ``cores // processes`` OpenMP threads
 unless ``OMP_NUM_THREADS`` is set.
 
-Referral (EdgeDRM): after every fit is done, each run of a config listed in ``refer`` gets
-``lightning-fed refer --run-dir RUN [--baselines ...]`` (its log: ``output/<run>.refer.log``); such a
+Layered grids (``grids:``): a benchmark is a product of independent choices (dataset, partition,
+method, graph), each a small YAML layer; jsonargparse merges the layers of a run in order (``fit
+--config A --config B ...``, later files override earlier ones, a new ``class_path`` replaces the
+old class). Each grid is a list of groups ``{key: layer file}``; every combination of one key per
+group is a run named by its keys joined with ``-``::
+
+    grids:
+      - [{fmnist: data/fmnist.yaml}, {spc5: part/spc5.yaml, dir03: part/dir03.yaml},
+         {edgedrm: m/edgedrm.yaml, dispfl: m/dispfl.yaml}, {path: g/path.yaml, rr4: g/rr4.yaml}]
+      - [{fmnist: data/fmnist.yaml}, {spc5: ..., dir03: ...}, {local: m/local.yaml}]   # no graph
+    refer: [edgedrm]
+    refer_baselines: {edgedrm: [local, dispfl]}
+
+gives ``fmnist-spc5-edgedrm-path-seed<s>`` and so on. Several grids cover methods that do not take
+every group (Local has no graph). A plain ``configs:`` entry is a one-layer run keyed by its stem.
+
+Referral (EdgeDRM): each run carrying a key listed in ``refer`` gets ``lightning-fed refer --run-dir
+RUN [--baselines ...]`` (its log: ``output/<run>.refer.log``) as soon as it and its baselines are
+fitted, ahead of the remaining fits, so a stopped sweep leaves whole cells; such a
 run counts as finished only once its ``referral.csv`` exists, so an interrupted sweep redoes only the
-missing referral.
+missing referral. Baseline ``b`` of referral run ``R`` is the run (same seed) that carries key ``b``
+and whose other keys are all among ``R``'s: for ``fmnist-spc5-edgedrm-path`` and ``b = dispfl`` that
+is ``fmnist-spc5-dispfl-path``, for ``b = local`` it is ``fmnist-spc5-local``. It must be unique.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SweepRun", "plan", "run_sweep"]
+__all__ = ["Cell", "SweepRun", "expand", "plan", "run_sweep"]
+
+#: A grid: groups of ``{key: layer file}``, one key per group per run.
+Grid = Sequence[Mapping[str, str | Path]]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One combination of layers (seed not yet chosen): its keys and its files, in layer order."""
+
+    keys: tuple[str, ...]
+    configs: tuple[Path, ...]
+
+    @property
+    def name(self) -> str:
+        return "-".join(self.keys)
 
 
 @dataclass(frozen=True)
 class SweepRun:
-    """One cell of the grid."""
+    """One cell of the grid with one seed."""
 
-    config: Path
+    #: Config files layered in this order (``fit --config A --config B ...``).
+    configs: tuple[Path, ...]
     seed: int
     run_dir: Path
     #: Run folders passed as ``--baselines`` to ``lightning-fed refer``; None: no referral step.
@@ -59,56 +97,105 @@ class SweepRun:
         return self.fitted and referred
 
 
+def expand(configs: Sequence[str | Path] = (), grids: Sequence[Grid] = ()) -> list[Cell]:
+    """The cells of plain configs (keyed by stem) and of every grid (all combinations, in order).
+
+    Raises:
+        FileNotFoundError: If a config or layer file does not exist.
+        ValueError: On an empty grid or group, a key used twice within one grid, a key with ``-``,
+            or two cells with the same name.
+    """
+    missing = [str(c) for c in configs if not Path(c).is_file()]
+    if missing:
+        raise FileNotFoundError(f"sweep.configs: no such file: {', '.join(missing)}")
+    cells = [Cell((Path(c).stem,), (Path(c),)) for c in configs]
+    for g, groups in enumerate(grids):
+        where = f"sweep.grids[{g}]"
+        if not groups or any(not group for group in groups):
+            raise ValueError(f"{where}: every grid needs at least one group and every group one key")
+        keys = [k for group in groups for k in group]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"{where}: a key appears in two groups: {keys}")
+        bad = [k for k in keys if "-" in k or not k]
+        if bad:
+            raise ValueError(f"{where}: keys name run folders (joined by '-'); rename {bad} without '-'")
+        missing = sorted({f"{k}: {f}" for group in groups for k, f in group.items() if not Path(f).is_file()})
+        if missing:
+            raise FileNotFoundError(f"{where}: no such layer file: {', '.join(missing)}")
+        for combo in itertools.product(*(list(group.items()) for group in groups)):
+            cells.append(Cell(tuple(k for k, _ in combo), tuple(Path(f) for _, f in combo)))
+    names = [c.name for c in cells]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"sweep: run folders are named by config stem / grid keys, which repeat: {repeated}")
+    return cells
+
+
+def _baseline(cell: Cell, key: str, cells: Sequence[Cell]) -> Cell:
+    """The unique cell carrying ``key`` whose other keys are all among ``cell``'s (module docstring)."""
+    found = [c for c in cells if key in c.keys and set(c.keys) - {key} <= set(cell.keys)]
+    if len(found) != 1:
+        names = [c.name for c in found] or "none"
+        raise ValueError(
+            f"sweep.refer_baselines: baseline {key!r} of {cell.name!r} must match exactly one run "
+            f"(carrying {key!r}, other keys among {list(cell.keys)}); found {names}"
+        )
+    return found[0]
+
+
 def plan(
     configs: Sequence[str | Path],
     seeds: Sequence[int],
     output: str | Path,
     refer: Sequence[str] = (),
     refer_baselines: Sequence[str] | Mapping[str, Sequence[str]] = (),
+    grids: Sequence[Grid] = (),
 ) -> list[SweepRun]:
-    """The grid, config-major, validated before anything runs.
+    """The runs, seed-major, validated before anything runs.
 
     Args:
-        configs: Fit configs.
+        configs: Fit configs (one layer each).
         seeds: Seeds.
         output: Folder of the run folders.
-        refer: Config stems whose runs also get ``lightning-fed refer``.
-        refer_baselines: Config stems whose runs (same seed) are those referrals' ``--baselines``:
-            one list for every referral run, or a mapping from a referral config's stem to its own
-            list (e.g. the DisPFL and FedSPD runs on the same graph).
+        refer: Keys (config stems or grid keys) whose runs also get ``lightning-fed refer``.
+        refer_baselines: Keys whose runs (same seed) are those referrals' ``--baselines``: one list
+            for every referral run, or a mapping from a referral key to its own list.
+        grids: Layered grids (module docstring).
 
     Raises:
-        FileNotFoundError: If a config does not exist.
-        ValueError: If the grid is empty, two configs share a file name, or ``refer`` names an
-            unknown config.
+        FileNotFoundError: If a config or layer does not exist.
+        ValueError: If the sweep is empty, run names repeat, ``refer`` / ``refer_baselines`` name an
+            unknown key, or a baseline is not matched by exactly one run.
     """
-    configs = [Path(c) for c in configs]
-    if not configs or not seeds:
-        raise ValueError("sweep: give at least one config (configs:) and one seed (seeds:)")
-    missing = [str(c) for c in configs if not c.is_file()]
-    if missing:
-        raise FileNotFoundError(f"sweep.configs: no such file: {', '.join(missing)}")
-    stems = [c.stem for c in configs]
-    if len(set(stems)) != len(stems):
-        raise ValueError(f"sweep.configs: run folders are named by config file name, which repeat: {stems}")
-    by_config = dict(refer_baselines) if isinstance(refer_baselines, Mapping) else None
-    named = [*refer, *(by_config or {}), *(b for bs in (by_config or {}).values() for b in bs)]
-    named += [] if by_config is not None else list(refer_baselines)
-    unknown = [u for u in named if u not in stems]
+    if not (configs or grids) or not seeds:
+        raise ValueError("sweep: give at least one config (configs: or grids:) and one seed (seeds:)")
+    cells = expand(configs, grids)
+    known = {k for c in cells for k in c.keys}
+    by_key = dict(refer_baselines) if isinstance(refer_baselines, Mapping) else None
+    named = [*refer, *(by_key or {}), *(b for bs in (by_key or {}).values() for b in bs)]
+    named += [] if by_key is not None else list(refer_baselines)
+    unknown = [u for u in named if u not in known]
     if unknown:
         raise ValueError(
-            f"sweep.refer / refer_baselines name configs not in the sweep: {unknown} (use file stems)"
+            f"sweep.refer / refer_baselines name configs not in the sweep: {unknown} "
+            "(use config file stems or grid keys)"
         )
     output = Path(output)
+    baselines: dict[str, tuple[Cell, ...] | None] = {}
+    for cell in cells:
+        hit = next((k for k in cell.keys if k in refer), None)
+        if hit is None:
+            baselines[cell.name] = None
+            continue
+        chosen = by_key.get(hit, ()) if by_key is not None else refer_baselines
+        baselines[cell.name] = tuple(_baseline(cell, b, cells) for b in chosen)
 
-    def cell(c: Path, s: int) -> SweepRun:
-        baselines = None
-        if c.stem in refer:
-            chosen = by_config.get(c.stem, ()) if by_config is not None else refer_baselines
-            baselines = tuple(output / f"{b}-seed{int(s)}" for b in chosen)
-        return SweepRun(c, int(s), output / f"{c.stem}-seed{int(s)}", baselines)
+    def run(cell: Cell, s: int) -> SweepRun:
+        base = baselines[cell.name]
+        dirs = None if base is None else tuple(output / f"{b.name}-seed{int(s)}" for b in base)
+        return SweepRun(cell.configs, int(s), output / f"{cell.name}-seed{int(s)}", dirs)
 
-    return [cell(c, s) for c in configs for s in seeds]
+    return [run(c, s) for s in seeds for c in cells]
 
 
 def _refer(run: SweepRun, threads: int) -> int:
@@ -120,15 +207,12 @@ def _refer(run: SweepRun, threads: int) -> int:
 
 
 def _fit(run: SweepRun, overrides: Sequence[str], threads: int) -> int:
-    if run.fitted:  # only its referral is missing
-        return 0
     args = [
         sys.executable,
         "-m",
         "lightning_fed.cli",
         "fit",
-        "--config",
-        str(run.config),
+        *(arg for config in run.configs for arg in ("--config", str(config))),
         f"--seed={run.seed}",
         f"--output.root={run.run_dir.parent}",
         f"--output.name={run.name}",
@@ -143,24 +227,87 @@ def _fit(run: SweepRun, overrides: Sequence[str], threads: int) -> int:
         return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, check=False, env=env).returncode
 
 
+class _Scheduler:
+    """Hands out work to the sweep's worker threads: a referral as soon as its run and baselines are
+    fitted (so finished cells have their tables even if the sweep is stopped early), else the next fit.
+    """
+
+    def __init__(self, runs: Sequence[SweepRun], pending: Sequence[SweepRun]) -> None:
+        self.fits = [r for r in pending if not r.fitted]
+        self.refers = [r for r in pending if r.refer_baselines is not None]
+        self.fitted = {r.run_dir for r in runs if r.fitted}
+        self.failed: set[Path] = set()
+        self.status: dict[str, str] = {}
+        self.in_flight = 0
+        self.cond = threading.Condition()
+
+    def _inputs(self, run: SweepRun) -> list[Path]:
+        return [run.run_dir, *(run.refer_baselines or ())]
+
+    def take(self) -> tuple[str, SweepRun] | None:
+        """The next task, waiting while a referral can only wait on fits in flight; None: all done."""
+        with self.cond:
+            while True:
+                for run in list(self.refers):
+                    inputs = self._inputs(run)
+                    if any(d in self.failed for d in inputs):
+                        self.refers.remove(run)
+                        self.status[run.name] = "failed"
+                    elif all(d in self.fitted for d in inputs):
+                        self.refers.remove(run)
+                        self.in_flight += 1
+                        return "refer", run
+                if self.fits:
+                    self.in_flight += 1
+                    return "fit", self.fits.pop(0)
+                if not self.refers:
+                    return None
+                if self.in_flight == 0:  # inputs that no pending fit will produce
+                    for run in self.refers:
+                        self.status[run.name] = "failed"
+                    self.refers.clear()
+                    return None
+                self.cond.wait()
+
+    def finished(self, kind: str, run: SweepRun, ok: bool) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            if kind == "fit":
+                (self.fitted if ok else self.failed).add(run.run_dir)
+                if not ok or run.refer_baselines is None:
+                    self.status[run.name] = "done" if ok else "failed"
+            else:
+                self.status[run.name] = "done" if ok else "failed"
+            self.cond.notify_all()
+
+
 def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes: int = 1) -> dict[str, str]:
-    """Run the pending cells (``processes`` at once); returns ``{run name: done|skipped|failed}``."""
+    """Run the pending cells (``processes`` at once); returns ``{run name: done|skipped|failed}``.
+
+    A referral starts as soon as its run and its baselines are fitted (before the remaining fits); a
+    referral whose run or baseline failed is marked failed without running.
+    """
     if processes < 1:
         raise ValueError(f"sweep.processes must be >= 1, got {processes}")
     status = {r.name: "skipped" for r in runs if r.done}
     pending = [r for r in runs if not r.done]
     threads = max(1, (os.cpu_count() or 1) // processes)
+    scheduler = _Scheduler(runs, pending)
     from tqdm.auto import tqdm
 
-    with (
-        ThreadPoolExecutor(max_workers=processes) as pool,
-        tqdm(total=len(pending), desc="sweep", unit="run") as bar,
-    ):
-        for run, code in zip(pending, pool.map(lambda r: _fit(r, overrides, threads), pending), strict=True):
-            status[run.name] = "done" if code == 0 and run.fitted else "failed"
+    bar = tqdm(total=len(scheduler.fits) + len(scheduler.refers), desc="sweep", unit="task")
+
+    def work() -> None:
+        while (task := scheduler.take()) is not None:
+            kind, run = task
+            if kind == "fit":
+                ok = _fit(run, overrides, threads) == 0 and run.fitted
+            else:
+                ok = _refer(run, threads) == 0 and run.done
+            scheduler.finished(kind, run, ok)
             bar.update(1)
-        # Referral after every fit: a referral reads its baselines' finished runs.
-        referrals = [r for r in pending if r.refer_baselines is not None and status[r.name] == "done"]
-        for run, code in zip(referrals, pool.map(lambda r: _refer(r, threads), referrals), strict=True):
-            status[run.name] = "done" if code == 0 and run.done else "failed"
-    return status
+
+    with bar, ThreadPoolExecutor(max_workers=processes) as pool:
+        for future in [pool.submit(work) for _ in range(processes)]:
+            future.result()
+    return {**status, **scheduler.status}

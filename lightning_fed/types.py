@@ -101,6 +101,9 @@ class TrainerConfig:
         rounds: Communication rounds (paper: 50).
         local_epochs: Local epochs per round (paper: 2).
         batch_size: Local batch size (paper: 128).
+        local_steps: A fixed number of local updates (optimizer steps) per center and round instead of
+            ``local_epochs`` epochs, whatever the center's size (EdgeDRM App. D.1: "ten local updates
+            per round"); None (default) trains epochs.
         engine: Local-training engine; default :class:`~lightning_fed.engine.PackedEngine`.
         dtype: Parameter dtype of local training, ``"float32"`` or ``"float64"``.
     """
@@ -112,8 +115,10 @@ class TrainerConfig:
         batch_size: int = 128,
         engine: Engine | None = None,
         dtype: str = "float32",
+        local_steps: int | None = None,
     ) -> None:
-        for key, value in (("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)):
+        checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
+        for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
             if int(value) < 1:
                 raise ValueError(f"trainer.{key} must be >= 1, got {value}")
         if dtype not in ("float32", "float64"):
@@ -124,3 +129,4 @@ class TrainerConfig:
             engine = PackedEngine()
         self.rounds, self.local_epochs, self.batch_size = int(rounds), int(local_epochs), int(batch_size)
         self.engine, self.dtype = engine, dtype
+        self.local_steps = None if local_steps is None else int(local_steps)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.engine.base import Engine
 from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule
 from lightning_fed.types import FinishContext, RoundContext
@@ -76,6 +77,15 @@ class Algorithm(ABC):
         parameters; outside the mask parameters stay exactly 0 and get no update.
         """
         return None
+
+    def train_round(self, engine: Engine, round_idx: int) -> Tensor:
+        """Local training of round ``round_idx``; returns each trained model's mean loss ``[models]``.
+
+        Default: the engine's local epochs on every model (one line, shared by every method).
+        Methods whose local training is not one model per center (FedSPD's cluster models) override
+        it, so no compute is spent on an epoch whose result :meth:`aggregate` would overwrite.
+        """
+        return engine.train_round(round_idx)
 
     @abstractmethod
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:

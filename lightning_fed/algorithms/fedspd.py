@@ -3,7 +3,7 @@
 The clients' data are modelled as mixtures of ``S`` shared data clusters. Every client ``i`` keeps
 ``S`` cluster models ``theta_i1 .. theta_iS`` (stacked ``{name: [C, S, ...]}``, all starting from the
 common initialization plus a seeded perturbation ``eps_s`` shared by all clients, so cluster ``s``
-means the same thing everywhere) and, each round, in :meth:`FedSPD.aggregate`:
+means the same thing everywhere) and, each round, local training in :meth:`FedSPD.train_round`:
 
 1. E-step (local): the soft membership of each training row ``r`` in cluster ``s``,
    ``gamma_irs = softmax_s(-l(theta_is; x_ir, y_ir) / T)``, and the client's total membership
@@ -11,6 +11,9 @@ means the same thing everywhere) and, each round, in :meth:`FedSPD.aggregate`:
 2. M-step (local): ``local_steps`` SGD steps of every cluster model on the membership-weighted loss
    ``sum_b gamma_ibs l(theta_is; x_ib, y_ib) / sum_b gamma_ibs`` over seeded minibatches (all ``C x S``
    models at once, vmapped);
+
+then the exchange in :meth:`FedSPD.aggregate`:
+
 3. exchange: each client sends its ``S`` cluster models and its memberships ``m_i`` to every graph
    neighbour (one message per directed edge, booked on the ledger, validated by the receiver), and
    every cluster is averaged with weights proportional to the memberships:
@@ -30,9 +33,9 @@ clusters barely separate (measured on the Fashion-MNIST preset, 8 rounds, S = 2:
 0.687 of log 2 = 0.693 at ``T = 1``, 0.606-0.649 at ``T = 0.1`` with per-client shares 0.17-0.64), hence
 the default ``T = 0.1``; (b) every client updates and sends all ``S`` cluster models
 each round, where the paper's clients train and send one cluster model per round (its communication
-saving): per-edge bytes here are ``S (|W| + 1)`` floats; (c) the engine's own local training of the
-personalized model each round is overwritten by step 4 (the engine contract trains one model per
-client; its loss is what the round logs as ``train_loss``), so configs use one local epoch.
+saving): per-edge bytes here are ``S (|W| + 1)`` floats. The engine holds only the personalized
+mixtures and never trains them (:meth:`FedSPD.train_round` replaces its local epochs); the round's
+``train_loss`` is each client's membership-weighted M-step loss ``sum_s pi_is mean_steps L_is``.
 Unavailable clients (fault plans) still run steps 1-2 but send and receive nothing; a cluster model
 whose M-step diverges (non-finite loss or parameters) is rolled back to its value before the M-step
 (``diverged_cluster_models`` in the round statistics).
@@ -57,6 +60,7 @@ from lightning_fed.algorithms.fedspd_steps import (
 )
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.engine.base import Engine
 from lightning_fed.graphs.gossip import directed_edges
 from lightning_fed.graphs.topology import RandomRegular, Topology
 from lightning_fed.models.base import CenterModule
@@ -215,17 +219,28 @@ class FedSPD(Algorithm):
         self._round["mean_neighbours"] = len(dst) / self.num_centers
         self.clusters = cluster_average(self.clusters, weight, received, received_weight, dst)
 
-    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
-        """E-step, M-step, exchange and per-cluster averaging, then the mixtures (module docstring)."""
+    def train_round(self, engine: Engine, round_idx: int) -> Tensor:
+        """E-step and M-step on every client (module docstring, steps 1-2); the engine does not train.
+
+        Returns:
+            Each client's membership-weighted mean M-step loss ``[C]``.
+        """
         gamma = self.memberships()
         device = next(iter(self.clusters.values())).device
-        weight = torch.stack([g.sum(0) for g in gamma]).to(device)
-        loss = self.m_step(gamma, ctx.round)
+        self._weight = torch.stack([g.sum(0) for g in gamma]).to(device)
+        loss = self.m_step(gamma, round_idx)
+        share = (self._weight / self._weight.sum(1, keepdim=True)).cpu()
+        client_loss = (loss.cpu() * share).sum(1)
+        self._round["cluster_loss"] = float(client_loss.mean())
+        return client_loss.to(torch.float32)
+
+    def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        """Exchange and per-cluster averaging with this round's memberships, then the mixtures."""
+        weight = self._weight
         self.exchange(weight, wire, ctx.round)
         self.share = (weight / weight.sum(1, keepdim=True)).cpu()
         entropy = -(self.share * self.share.clamp_min(1e-300).log()).sum(1)
         self._round["membership_entropy"] = float(entropy.mean())
-        self._round["cluster_loss"] = float((loss.cpu() * self.share).sum(1).mean())
         mixed = mixture(self.clusters, self.share)
         return {n: mixed[n].to(params[n]) for n in params}
 

@@ -60,7 +60,7 @@ class ShardedEngine(Engine):
         return self.bounds[self.fabric.global_rank]
 
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
-        costs = [steps_per_round(len(y), self.batch_size, self.epochs) for _, y in train]
+        costs = [steps_per_round(len(y), self.batch_size, self.epochs, self.local_steps) for _, y in train]
         self.bounds = shard_bounds(costs, self.fabric.world_size)
         self.counts = [hi - lo for lo, hi in self.bounds]
         lo, hi = self.shard
@@ -74,6 +74,7 @@ class ShardedEngine(Engine):
             dtype=dtype,
             autocast=self.autocast,
             local_term=self.local_term,
+            steps=self.local_steps,
             center_ids=range(lo, hi),
         )
         local = self.inner.get_params()

@@ -50,6 +50,8 @@ class Engine(ABC):
         dtype: torch.dtype = torch.float32,
         autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
         local_term: LocalTerm | None = None,
+        steps: int | None = None,
+        center_ids: Sequence[int] | None = None,
     ) -> None:
         """Copy ``module``'s (already initialized) parameters to every model and index the data.
 
@@ -63,7 +65,14 @@ class Engine(ABC):
             dtype: Parameter and feature dtype.
             autocast: Context manager for mixed precision; ``nullcontext`` when there is none.
             local_term: Extra term of every center's local loss (FedProx, FedDyn, MOON), or None.
+            steps: Local updates per round instead of ``epochs`` epochs (``trainer.local_steps``).
+            center_ids: The global center id of each model in ``train`` (a shard of a larger
+                federation); it keys the model's batch order and dropout. Default ``0..len(train)-1``.
         """
+        ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
+        if len(ids) != len(train):
+            raise ValueError(f"center_ids has {len(ids)} ids for {len(train)} training sets")
+        self.center_ids = torch.tensor(ids, dtype=torch.int64)
         has_features = type(module).forward_features is not CenterModule.forward_features
         if local_term is not None and local_term.needs_features and not has_features:
             raise ValueError(
@@ -71,6 +80,7 @@ class Engine(ABC):
                 f"{type(local_term).__name__} needs the model's representation (use a model that has one)"
             )
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
+        self.local_steps = None if steps is None else int(steps)
         self.local_term = local_term
         self.device, self.autocast = torch.device(device), autocast
         self.num_models = len(train)

@@ -31,18 +31,17 @@ computation (per-center losses, gradients and optimizer steps), so the others ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_features, packed_logits
-from lightning_fed.engine.objective import LocalTerm, TermBatch
+from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
-from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import derive_seed, torch_generator
 
 __all__ = ["CenterStreams", "PackedEngine"]
@@ -87,48 +86,17 @@ class CenterStreams:
 class PackedEngine(Engine):
     """Train every center in one batched computation (prefix schedule, vmap or ``packed_forward``).
 
-    :meth:`setup` takes one extra, optional argument, ``center_ids``: the global center id of each
-    trained model (default ``0..C-1``), which keys its batch order and dropout stream.
+    ``center_ids`` (:meth:`Engine.setup <lightning_fed.engine.base.Engine.setup>`) key each model's
+    batch order and dropout stream, so a shard of the centers trains exactly as in the whole.
     """
-
-    def setup(
-        self,
-        module: CenterModule,
-        train: Sequence[TrainSet],
-        *,
-        batch_size: int,
-        epochs: int,
-        seed: int,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype = torch.float32,
-        autocast: Callable[[], AbstractContextManager[Any]] = nullcontext,
-        local_term: LocalTerm | None = None,
-        center_ids: Sequence[int] | None = None,
-    ) -> None:
-        """See :meth:`Engine.setup <lightning_fed.engine.base.Engine.setup>`; ``center_ids``: the global
-        id of each model in ``train`` (a shard of a larger federation), default ``0..len(train)-1``."""
-        ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
-        if len(ids) != len(train):
-            raise ValueError(f"center_ids has {len(ids)} ids for {len(train)} training sets")
-        self.center_ids = torch.tensor(ids, dtype=torch.int64)
-        super().setup(
-            module,
-            train,
-            batch_size=batch_size,
-            epochs=epochs,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            autocast=autocast,
-            local_term=local_term,
-        )
 
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         # Mixed precision needs autocast, which only the autograd path honours: callers pass
         # ``nullcontext`` (the default) when there is nothing to autocast.
         self.autocast_enabled = self.autocast is not nullcontext
         sizes = torch.tensor([len(y) for _, y in train])
-        steps = torch.tensor([steps_per_round(int(n), self.batch_size, self.epochs) for n in sizes])
+        per_round = [steps_per_round(int(n), self.batch_size, self.epochs, self.local_steps) for n in sizes]
+        steps = torch.tensor(per_round)
         # Stable sort: ties keep center order, so the layout is a pure function of the sizes.
         self.order = torch.argsort(steps, descending=True, stable=True)
         self.inverse = torch.argsort(self.order)
@@ -180,7 +148,8 @@ class PackedEngine(Engine):
             (self.num_models, int(self.steps[0]), self.batch_size), self.pad_row, dtype=torch.int64
         )
         for p, c in enumerate(self.center_ids[self.order].tolist()):
-            b = center_batches(int(self.sizes[p]), self.batch_size, self.epochs, self.seed, round_idx, c)
+            n = int(self.sizes[p])
+            b = center_batches(n, self.batch_size, self.epochs, self.seed, round_idx, c, self.local_steps)
             idx[p, : b.shape[0]] = torch.where(b >= 0, b + self.offsets[p], self.pad_row)
         return idx.to(self.device)
 

@@ -2,8 +2,11 @@
 
 In round ``r`` center ``c`` runs ``E`` local epochs; epoch ``e`` visits a permutation of its
 training rows drawn from the generator ``(seed, "batches", r, c)`` (epochs draw in turn from that
-one generator), cut into batches of ``B`` rows, the last one short. Both engines consume exactly
-these index lists, so they see identical batches in identical order.
+one generator), cut into batches of ``B`` rows, the last one short. With a fixed number of local
+updates ``S`` per round (``trainer.local_steps``, e.g. the EdgeDRM paper's "ten local updates per
+round", App. D.1) the center runs the first ``S`` batches of as many such epochs as needed, whatever
+its data size. Both engines consume exactly these index lists, so they see identical batches in
+identical order.
 """
 
 from __future__ import annotations
@@ -18,23 +21,38 @@ from lightning_fed.seeding import torch_generator
 __all__ = ["center_batches", "steps_per_round"]
 
 
-def steps_per_round(n_train: int, batch_size: int, epochs: int) -> int:
-    """Optimizer steps one center takes in a round: ``epochs * ceil(n_train / batch_size)``."""
-    return epochs * math.ceil(n_train / batch_size)
+def steps_per_round(n_train: int, batch_size: int, epochs: int, steps: int | None = None) -> int:
+    """Optimizer steps one center takes in a round: ``steps`` when fixed, else
+    ``epochs * ceil(n_train / batch_size)`` (0 for a center without training rows)."""
+    if n_train == 0:
+        return 0
+    return int(steps) if steps is not None else epochs * math.ceil(n_train / batch_size)
 
 
 def center_batches(
-    n_train: int, batch_size: int, epochs: int, seed: int, round_idx: int, center: int
+    n_train: int,
+    batch_size: int,
+    epochs: int,
+    seed: int,
+    round_idx: int,
+    center: int,
+    steps: int | None = None,
 ) -> Tensor:
     """Row indices of every batch of one center in one round, padded with -1.
+
+    Args:
+        steps: A fixed number of batches (local updates) instead of ``epochs`` full epochs; they are
+            the first ``steps`` batches of ``ceil(steps / batches per epoch)`` seeded epochs.
 
     Returns:
         int64 tensor ``[steps, batch_size]``; the last batch of each epoch is padded with -1.
     """
     gen = torch_generator(seed, "batches", round_idx, center)
     per_epoch = math.ceil(n_train / batch_size)
-    out = torch.full((epochs * per_epoch, batch_size), -1, dtype=torch.int64)
-    flat = out.view(epochs, per_epoch * batch_size)
-    for e in range(epochs):
+    total = steps_per_round(n_train, batch_size, epochs, steps)
+    drawn = math.ceil(total / per_epoch) if per_epoch else 0
+    out = torch.full((drawn * per_epoch, batch_size), -1, dtype=torch.int64)
+    flat = out.view(drawn, per_epoch * batch_size)
+    for e in range(drawn):
         flat[e, :n_train] = torch.randperm(n_train, generator=gen)
-    return out
+    return out[:total]

@@ -52,10 +52,13 @@ class SequentialEngine(Engine):
         for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
             model.train()
             before = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
-            batches = center_batches(len(y), self.batch_size, self.epochs, self.seed, round_idx, c)
+            center = int(self.center_ids[c])
+            batches = center_batches(
+                len(y), self.batch_size, self.epochs, self.seed, round_idx, center, self.local_steps
+            )
             start = {n: p.detach().clone().unsqueeze(0) for n, p in model.named_parameters()}
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
-                torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, c))
+                torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, center))
                 for b in batches:
                     rows = b[b >= 0].to(self.device)
                     opt.zero_grad(set_to_none=True)

@@ -259,15 +259,18 @@ class RandomRegular(Topology):
     Args:
         degree: Neighbours of every node ``k`` (``1 <= k < n``, ``n * k`` even; ``k = 1`` is only
             connected for ``n = 2``).
+        seed: Draw the graph from this seed instead of the run seed, so every training seed shares
+            one graph (EdgeDRM App. D.1: the 32-client RR4 graph uses seed 82025); None: run seed.
     """
 
     #: Restarts before giving up (a valid connected graph is found in a few for k >= 3).
     max_attempts = 10_000
 
-    def __init__(self, degree: int = 4) -> None:
+    def __init__(self, degree: int = 4, seed: int | None = None) -> None:
         if int(degree) < 1:
             raise ValueError(f"RandomRegular.degree must be >= 1, got {degree}")
         self.degree = int(degree)
+        self.seed = None if seed is None else int(seed)
 
     @property
     def min_nodes(self) -> int:  # type: ignore[override]
@@ -283,7 +286,7 @@ class RandomRegular(Topology):
             raise ValueError(
                 f"RandomRegular.degree=1 on {n} nodes is a perfect matching, never connected; use degree >= 2"
             )
-        rng = numpy_rng(seed, "topology")
+        rng = numpy_rng(seed if self.seed is None else self.seed, "topology")
         for _ in range(self.max_attempts):
             pairs = _pair_stubs(n, k, rng)
             if pairs is None:

@@ -55,9 +55,10 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
         The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
         (absent when no run has per-round isolation data), and, when any run has a referral table,
         ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
-        router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 / 2 layout: graph x method rows,
-        dataset x partition columns, mean +/- SD over seeds, best decentralized in bold) and, with
-        hospital tiers, ``referral_tiers.png`` (share of calls per tier).
+        router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
+        dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
+        EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
+        columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier).
 
     Raises:
         ValueError: If ``root`` holds no run directory.
@@ -81,12 +82,18 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
         gain_plot(referrals, out / "referral_gain.png")
         written["referral_gain.png"] = out / "referral_gain.png"
         from lightning_fed.io import write_text
-        from lightning_fed.reporting.edgedrm_tables import edgedrm_markdown, edgedrm_rows, edgedrm_table
+        from lightning_fed.reporting import edgedrm_tables as et
 
-        rows = edgedrm_rows(root)
+        rows = et.edgedrm_rows(root)
         if rows.height:
-            written["edgedrm_table.md"] = write_text(
-                out / "edgedrm_table.md", edgedrm_markdown(edgedrm_table(rows))
+            table = et.edgedrm_table(rows)
+            margins = et.edgedrm_margins_markdown(et.edgedrm_margins(table))
+            text = et.edgedrm_markdown(table)
+            if margins:
+                text += "\nEdgeDRM against the other decentralized methods, per graph:\n\n" + margins
+            written["edgedrm_table.md"] = write_text(out / "edgedrm_table.md", text)
+            written["edgedrm_settings.md"] = write_text(
+                out / "edgedrm_settings.md", et.edgedrm_settings_markdown(table)
             )
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")

@@ -11,8 +11,14 @@ Every EdgeDRM run folder under the root contributes the rows of its ``referral.c
 The run's ``config.yaml`` names the column (dataset: the data class, with the CIFAR variant;
 partition: ``5-SPC`` for ``Shards(per_client=5)``, ``Dir-0.3`` for ``DirichletLabels(alpha=0.3)``,
 ``balanced`` for ``BalancedSizes``) and the group (graph: ``Path``, ``Cycle``, ``RR4``, ``Complete``,
-...). Cells are mean +/- sample SD of the accuracy (%) over the seeds found; per graph and column the
-best decentralized method (not Local, not FedDRM) is in bold, as in the paper.
+...) and the client count (a column label carries ``32 clients`` only when client counts differ).
+Cells are mean +/- sample SD of the accuracy (%) over the seeds found; per graph and column the best
+decentralized method (not Local, not FedDRM) is in bold, as in the paper.
+
+:func:`edgedrm_settings_markdown` lays the same cells out like Table 2 (one row per graph and setting,
+one column per method) and :func:`edgedrm_margins` condenses them into the comparisons the paper's
+Sec. 5.2 makes: in how many settings EdgeDRM is the best decentralized method, its mean margin over
+the strongest other one, its gap to DFedAvgM and its referral gain over EdgeDRM-NR, per graph.
 """
 
 from __future__ import annotations
@@ -23,7 +29,16 @@ from typing import Any
 import polars as pl
 import yaml
 
-__all__ = ["REFERENCE_METHODS", "edgedrm_markdown", "edgedrm_rows", "edgedrm_table", "run_setting"]
+__all__ = [
+    "REFERENCE_METHODS",
+    "edgedrm_margins",
+    "edgedrm_margins_markdown",
+    "edgedrm_markdown",
+    "edgedrm_rows",
+    "edgedrm_settings_markdown",
+    "edgedrm_table",
+    "run_setting",
+]
 
 #: Methods shown as references, never marked best (the paper's "Reference" group).
 REFERENCE_METHODS = ("Local", "FedDRM")
@@ -41,7 +56,7 @@ def _class_name(node: Any) -> str:
 
 
 def run_setting(config: dict[str, Any]) -> dict[str, Any]:
-    """``dataset``, ``partition``, ``graph``, ``seed`` of a run from its resolved config."""
+    """``dataset``, ``partition``, ``clients``, ``graph``, ``seed`` of a run from its resolved config."""
     data = config.get("data", {}) or {}
     args = data.get("init_args", {}) or {}
     dataset = _class_name(data)
@@ -58,7 +73,14 @@ def run_setting(config: dict[str, Any]) -> dict[str, Any]:
     graph = _class_name(topo) or "RandomRegular"
     if graph == "RandomRegular":
         graph = f"RR{((topo.get('init_args') or {}) if isinstance(topo, dict) else {}).get('degree', 4)}"
-    return {"dataset": dataset, "partition": partition, "graph": graph, "seed": config.get("seed")}
+    clients = int(args.get("num_clients") or 8)
+    return {
+        "dataset": dataset,
+        "partition": partition,
+        "clients": clients,
+        "graph": graph,
+        "seed": config.get("seed"),
+    }
 
 
 def _method(router: str, rule: str) -> str | None:
@@ -87,16 +109,58 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
 
 
 def edgedrm_table(rows: pl.DataFrame) -> pl.DataFrame:
-    """Mean, sample SD and seed count per (graph, method, dataset, partition)."""
+    """Mean, sample SD and seed count per (graph, method, dataset, partition, clients)."""
+    if "clients" not in rows.columns:
+        rows = rows.with_columns(pl.lit(8).alias("clients"))
     return (
-        rows.group_by("graph", "method", "dataset", "partition")
+        rows.group_by("graph", "method", "dataset", "partition", "clients")
         .agg(
             pl.col("accuracy").mean().alias("mean"),
             pl.col("accuracy").std(ddof=1).alias("sd"),
             pl.col("seed").n_unique().alias("seeds"),
         )
-        .sort("graph", "method", "dataset", "partition")
+        .sort("graph", "method", "dataset", "partition", "clients")
     )
+
+
+Setting = tuple[str, str, int]  # (dataset, partition, clients)
+Cells = dict[tuple[str, str, Setting], tuple[float, float | None]]
+
+
+def _cells(table: pl.DataFrame) -> Cells:
+    """``{(graph, method, (dataset, partition, clients)): (mean, sd)}``."""
+    return {
+        (r["graph"], r["method"], (r["dataset"], r["partition"], int(r["clients"]))): (r["mean"], r["sd"])
+        for r in table.iter_rows(named=True)
+    }
+
+
+def _label(setting: Setting, settings: set[Setting]) -> str:
+    dataset, partition, clients = setting
+    mixed = len({c for *_, c in settings}) > 1
+    return f"{dataset} {partition}" + (f" ({clients} clients)" if mixed else "")
+
+
+def _render(cell: Cells, best: dict[tuple[str, Setting], float], g: str, m: str, st: Setting) -> str:
+    """``mean ± sd`` of one cell, bold when it is the best decentralized one; ``-`` when absent."""
+    if (g, m, st) not in cell:
+        return "-"
+    mean, sd = cell[(g, m, st)]
+    text = f"{mean:.2f} ± {sd:.2f}" if sd is not None else f"{mean:.2f}"
+    return f"**{text}**" if m not in REFERENCE_METHODS and mean == best[(g, st)] else text
+
+
+def _best(cells: Cells) -> dict[tuple[str, Setting], float]:
+    """Best decentralized mean per (graph, setting)."""
+    best: dict[tuple[str, Setting], float] = {}
+    for (g, m, st), (mu, _) in cells.items():
+        if m not in REFERENCE_METHODS:
+            best[(g, st)] = max(best.get((g, st), float("-inf")), mu)
+    return best
+
+
+def _methods(names: set[str]) -> list[str]:
+    return [m for m in _ORDER if m in names] + sorted(names - set(_ORDER))
 
 
 def _graph_order(graph: str) -> tuple[int, str]:
@@ -106,32 +170,101 @@ def _graph_order(graph: str) -> tuple[int, str]:
 
 
 def edgedrm_markdown(table: pl.DataFrame) -> str:
-    """The table laid out like the paper's: graph/method rows, dataset/partition columns, best bold."""
+    """The paper's Table 1 layout: graph/method rows, dataset/partition columns, best decentralized bold."""
     if table.height == 0:
         return ""
-    columns = sorted({(d, p) for d, p in table.select("dataset", "partition").iter_rows()})
-    cell = {(g, m, d, p): (mu, sd) for g, m, d, p, mu, sd, _ in table.iter_rows()}
-    best: dict[tuple[str, str, str], float] = {}
-    for (g, m, d, p), (mu, _) in cell.items():
-        if m not in REFERENCE_METHODS:
-            best[(g, d, p)] = max(best.get((g, d, p), float("-inf")), mu)
+    cell = _cells(table)
+    settings = {st for *_, st in cell}
+    columns = sorted(settings)
+    best = _best(cell)
     lines = [
-        "| graph | method | " + " | ".join(f"{d} {p}" for d, p in columns) + " |",
+        "| graph | method | " + " | ".join(_label(st, settings) for st in columns) + " |",
         "|---|---|" + "---|" * len(columns),
     ]
-    graphs = sorted({g for g, *_ in cell}, key=_graph_order)
-    for g in graphs:
-        methods = [m for m in _ORDER if any(k[0] == g and k[1] == m for k in cell)]
-        methods += sorted({k[1] for k in cell if k[0] == g} - set(methods))
-        for m in methods:
-            out = []
-            for d, p in columns:
-                if (g, m, d, p) not in cell:
-                    out.append("-")
-                    continue
-                mu, sd = cell[(g, m, d, p)]
-                text = f"{mu:.2f} ± {sd:.2f}" if sd is not None else f"{mu:.2f}"
-                bold = m not in REFERENCE_METHODS and mu == best.get((g, d, p))
-                out.append(f"**{text}**" if bold else text)
+    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+        for m in _methods({k[1] for k in cell if k[0] == g}):
+            out = [_render(cell, best, g, m, st) for st in columns]
             lines.append(f"| {g} | {m} | " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def edgedrm_settings_markdown(table: pl.DataFrame) -> str:
+    """The paper's Table 2 layout: one row per (graph, setting), one column per method, best bold."""
+    if table.height == 0:
+        return ""
+    cell = _cells(table)
+    settings = {st for *_, st in cell}
+    methods = _methods({m for _, m, _ in cell})
+    best = _best(cell)
+    lines = ["| graph | setting | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+        for st in sorted({st for gg, _, st in cell if gg == g}):
+            out = [_render(cell, best, g, m, st) for m in methods]
+            lines.append(f"| {g} | {_label(st, settings)} | " + " | ".join(out) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def edgedrm_margins(table: pl.DataFrame) -> pl.DataFrame:
+    """Per graph, over the settings that have EdgeDRM and another decentralized method (paper Sec. 5.2):
+
+    - ``settings``; ``edgedrm_first``: settings where EdgeDRM's mean is the best decentralized one;
+    - ``margin``: mean over settings of EdgeDRM minus the strongest *other* decentralized method;
+    - ``vs_dfedavgm``: mean of EdgeDRM minus DFedAvgM (the paper: near 0 on the complete graph);
+    - ``referral_gain``: mean of EdgeDRM minus EdgeDRM-NR (the paper: positive everywhere).
+    """
+    cell = _cells(table)
+    rows = []
+    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+        first, margins, vs_d, gains = 0, [], [], []
+        for st in sorted({st for gg, m, st in cell if gg == g and m == "EdgeDRM"}):
+            ours = cell[(g, "EdgeDRM", st)][0]
+            others = [
+                mu
+                for (gg, m, s2), (mu, _) in cell.items()
+                if gg == g and s2 == st and m not in (*REFERENCE_METHODS, "EdgeDRM")
+            ]
+            if not others:
+                continue
+            margins.append(ours - max(others))
+            first += ours >= max(others)
+            if (g, "DFedAvgM", st) in cell:
+                vs_d.append(ours - cell[(g, "DFedAvgM", st)][0])
+            if (g, "EdgeDRM-NR", st) in cell:
+                gains.append(ours - cell[(g, "EdgeDRM-NR", st)][0])
+
+        def mean(v: list[float]) -> float | None:
+            return sum(v) / len(v) if v else None
+
+        if margins:
+            rows.append(
+                {
+                    "graph": g,
+                    "settings": len(margins),
+                    "edgedrm_first": first,
+                    "margin": mean(margins),
+                    "vs_dfedavgm": mean(vs_d),
+                    "referral_gain": mean(gains),
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+def edgedrm_margins_markdown(margins: pl.DataFrame) -> str:
+    """:func:`edgedrm_margins` as a markdown table (percentage points)."""
+    if margins.height == 0:
+        return ""
+
+    def pp(v: float | None) -> str:
+        return "-" if v is None else f"{v:+.2f}"
+
+    lines = [
+        "| graph | EdgeDRM best / settings | margin over best other (pp) | vs DFedAvgM (pp) | "
+        "referral gain over NR (pp) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in margins.iter_rows(named=True):
+        lines.append(
+            f"| {r['graph']} | {r['edgedrm_first']} / {r['settings']} | {pp(r['margin'])} | "
+            f"{pp(r['vs_dfedavgm'])} | {pp(r['referral_gain'])} |"
+        )
     return "\n".join(lines) + "\n"

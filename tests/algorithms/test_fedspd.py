@@ -57,6 +57,13 @@ class Logits(CenterModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class _NoEngine:
+    """FedSPD trains its own cluster models: touching the engine's training is an error."""
+
+    def train_round(self, round_idx: int) -> Tensor:
+        raise AssertionError("FedSPD must not run the engine's local epochs")
+
+
 def _data(labels: list[list[int]]) -> FederatedData:
     """One client per label list; one all-zero feature per row."""
     centers = []
@@ -145,6 +152,7 @@ def test_aggregate_returns_membership_mixtures_and_books_the_bytes() -> None:
     algo.setup(_data([[0, 0], [0, 1], [1, 1]]), Logits(), seed=0)
     algo.clusters = {"b": torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1)}
     wire = Wire()
+    assert algo.train_round(_NoEngine(), 0).shape == (3,)  # E-step (no M-step steps)
     out = algo.aggregate(CTX, {"b": torch.zeros(3, 2)}, wire)
     g0 = _sigmoid(2.0) / (0.5 + _sigmoid(2.0))
     g1 = _sigmoid(-2.0) / (0.5 + _sigmoid(-2.0))
@@ -156,6 +164,7 @@ def test_aggregate_returns_membership_mixtures_and_books_the_bytes() -> None:
     assert stats["membership_entropy"] > 0 and stats["mean_neighbours"] == pytest.approx(4 / 3)
     bad = Wire(faults=FaultInjection(corrupt={0: {1: "nan"}}))
     before = algo.clusters["b"].clone()
+    algo.train_round(_NoEngine(), 1)
     algo.aggregate(CTX, {"b": torch.zeros(3, 2)}, bad)
     assert bad.rejected_in(0) == 2 and torch.equal(algo.clusters["b"], before)
 
@@ -203,6 +212,10 @@ def test_two_rounds_on_digits_then_final_personalization() -> None:
 
     summary, fed = run()
     w = fed.num_shared_parameters
+    # The engine never trains (its epochs would be overwritten by the mixtures): the logged train
+    # loss is the clients' membership-weighted M-step loss.
+    losses = fed.last_result.train_loss
+    assert losses.shape == (4,) and torch.isfinite(losses).all()
     assert summary["total_bytes"] == 2 * 8 * 2 * (w + 1) * 4
     assert summary["rounds"] == 2 and math.isfinite(summary["test_accuracy_mean"])
     again, _ = run()

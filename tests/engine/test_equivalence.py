@@ -15,7 +15,7 @@ SIZES = [1, 2, 3, 5, 8, 13, 16, 17, 21, 31, 32, 33, 34, 47, 55, 63, 64, 65, 89, 
 
 
 def _train(
-    dtype: torch.dtype, sizes: list[int] = SIZES, rounds: int = 2, batch: int = 32
+    dtype: torch.dtype, sizes: list[int] = SIZES, rounds: int = 2, batch: int = 32, steps: int | None = None
 ) -> tuple[dict, dict]:
     gen = torch.Generator().manual_seed(0)
     train = [
@@ -26,7 +26,7 @@ def _train(
     module = MortalityMLP(in_features=7, hidden=(16, 8), dropout=0.0).to(dtype)
     out = []
     for engine in (PackedEngine(), SequentialEngine()):
-        engine.setup(module, train, batch_size=batch, epochs=2, seed=5, dtype=dtype)
+        engine.setup(module, train, batch_size=batch, epochs=2, seed=5, dtype=dtype, steps=steps)
         for r in range(rounds):
             engine.train_round(r)
         out.append(engine)
@@ -70,6 +70,15 @@ def test_centers_step_only_when_they_have_a_batch() -> None:
     expected = torch.tensor([steps_per_round(n, 32, 2) for n in SIZES])
     counts = packed.state_dict()["optimizer"]["step"]
     assert torch.equal(counts, expected)
+
+
+def test_a_fixed_number_of_local_steps_matches_sequential_and_counts() -> None:
+    """``steps = 5``: every center takes exactly 5 updates (1-row centers repeat their row, the 233-row
+    one stops mid-epoch); both engines agree (float64)."""
+    packed, sequential = _train(torch.float64, rounds=2, steps=5)
+    assert _max_diff(packed.get_params(), sequential.get_params()) < 1e-10
+    counts = packed.state_dict()["optimizer"]["step"]
+    assert torch.equal(counts, torch.full((len(SIZES),), 2 * 5))
 
 
 def test_state_dict_round_trip() -> None:

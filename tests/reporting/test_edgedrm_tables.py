@@ -8,7 +8,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from lightning_fed.reporting.edgedrm_tables import edgedrm_markdown, edgedrm_rows, edgedrm_table, run_setting
+from lightning_fed.reporting.edgedrm_tables import (
+    edgedrm_margins,
+    edgedrm_margins_markdown,
+    edgedrm_markdown,
+    edgedrm_rows,
+    edgedrm_settings_markdown,
+    edgedrm_table,
+    run_setting,
+)
 
 CONFIG = """seed: {seed}
 data:
@@ -62,6 +70,18 @@ def test_rows_means_sd_and_best_mark(tmp_path: Path) -> None:
     assert "| Path | EdgeDRM | **65.00 ± 7.07** |" in md
     assert "| Path | FedDRM | 90.00 ± 0.00 |" in md
     assert md.index("| Path | Local |") < md.index("| Path | DFedAvgM |") < md.index("| Path | EdgeDRM |")
+    # Table 2 layout: one row per graph and setting, methods as columns.
+    settings = edgedrm_settings_markdown(table)
+    assert settings.splitlines()[0] == "| graph | setting | Local | FedDRM | DFedAvgM | DisPFL | EdgeDRM |"
+    assert "| Path | FashionMNIST 5-SPC | 20.00 ± 0.00 | 90.00 ± 0.00 | 40.00 ± 14.14 |" in settings
+    assert settings.rstrip().endswith("| **65.00 ± 7.07** |")
+    # Margins: EdgeDRM 65 vs the best other decentralized method (DisPFL 45) = +20, vs DFedAvgM +25;
+    # no EdgeDRM-NR row, so no referral gain.
+    margins = edgedrm_margins(table).row(0, named=True)
+    assert margins["edgedrm_first"] == 1 and margins["settings"] == 1
+    assert margins["margin"] == pytest.approx(20.0) and margins["vs_dfedavgm"] == pytest.approx(25.0)
+    assert margins["referral_gain"] is None
+    assert "| Path | 1 / 1 | +20.00 | +25.00 | - |" in edgedrm_margins_markdown(edgedrm_margins(table))
 
 
 def test_setting_names() -> None:
@@ -81,4 +101,10 @@ def test_setting_names() -> None:
             "init_args": {"topology": {"class_path": "x.RandomRegular", "init_args": {"degree": 4}}}
         },
     }
-    assert run_setting(cfg) == {"dataset": "CIFAR-20", "partition": "Dir-0.3", "graph": "RR4", "seed": 5}
+    assert run_setting(cfg) == {
+        "dataset": "CIFAR-20",
+        "partition": "Dir-0.3",
+        "clients": 8,
+        "graph": "RR4",
+        "seed": 5,
+    }

@@ -21,8 +21,9 @@ TINY = [
 
 
 def test_plan_names_runs_by_config_and_seed(tmp_path: Path) -> None:
+    """Seed-major: an interrupted sweep leaves whole seeds."""
     runs = plan([ROOT / "configs" / "fedavg.yaml", ROOT / "configs" / "local.yaml"], [11, 22], tmp_path)
-    assert [r.name for r in runs] == ["fedavg-seed11", "fedavg-seed22", "local-seed11", "local-seed22"]
+    assert [r.name for r in runs] == ["fedavg-seed11", "local-seed11", "fedavg-seed22", "local-seed22"]
     with pytest.raises(FileNotFoundError, match=r"sweep.configs: no such file"):
         plan([tmp_path / "nope.yaml"], [1], tmp_path)
     with pytest.raises(ValueError, match="at least one"):
@@ -138,3 +139,90 @@ def test_plan_maps_baselines_per_referral_config(tmp_path: Path) -> None:
     assert by_name["edgedrm_cycle-seed3"].refer_baselines == (out / "local_x-seed3",)
     with pytest.raises(ValueError, match="not in the sweep"):
         plan([tmp_path / "local_x.yaml"], [1], out, refer=["local_x"], refer_baselines={"local_x": ["nope"]})
+
+
+def _layers(tmp_path: Path, *names: str) -> dict[str, str]:
+    out = {}
+    for n in names:
+        (tmp_path / f"{n}.yaml").write_text("seed: 0\n")
+        out[n] = str(tmp_path / f"{n}.yaml")
+    return out
+
+
+def test_grids_expand_to_every_combination_and_match_baselines_by_keys(tmp_path: Path) -> None:
+    """Two grids: (data x method x graph) and (data x local). EdgeDRM on (spc, path) gets the DisPFL
+    run on the same data and graph and the Local run on the same data (which has no graph key)."""
+    data, graphs = _layers(tmp_path, "spc", "dir"), _layers(tmp_path, "path", "rr4")
+    methods, local = _layers(tmp_path, "edgedrm", "dispfl"), _layers(tmp_path, "local")
+    runs = plan(
+        [],
+        [7, 8],
+        tmp_path / "out",
+        refer=["edgedrm"],
+        refer_baselines={"edgedrm": ["local", "dispfl"]},
+        grids=[[data, methods, graphs], [data, local]],
+    )
+    assert len(runs) == 2 * (2 * 2 * 2 + 2)
+    by_name = {r.name: r for r in runs}
+    run = by_name["dir-edgedrm-rr4-seed8"]
+    assert run.configs == tuple(Path(f) for f in (data["dir"], methods["edgedrm"], graphs["rr4"]))
+    out = tmp_path / "out"
+    assert run.refer_baselines == (out / "dir-local-seed8", out / "dir-dispfl-rr4-seed8")
+    assert by_name["spc-dispfl-path-seed7"].refer_baselines is None
+    with pytest.raises(ValueError, match="exactly one run"):  # two Local runs match: ambiguous
+        plan([], [1], out, ["edgedrm"], ["local"], grids=[[data, methods], [data, local], [local]])
+    with pytest.raises(ValueError, match="appears in two groups"):
+        plan([], [1], out, grids=[[data, {"spc": data["spc"]}]])
+    with pytest.raises(ValueError, match="without '-'"):
+        plan([], [1], out, grids=[[{"a-b": data["spc"]}]])
+    with pytest.raises(FileNotFoundError, match=r"grids\[0\]: no such layer file: x"):
+        plan([], [1], out, grids=[[{"x": str(tmp_path / "missing.yaml")}]])
+
+
+def test_a_layered_grid_runs_from_the_cli(tmp_path: Path) -> None:
+    """The quickstart config with a layer that swaps the algorithm class (FedAvg -> LocalOnly) and
+    one that changes the rounds: the run's resolved config holds both."""
+    (tmp_path / "local.yaml").write_text("algorithm:\n  class_path: lightning_fed.algorithms.LocalOnly\n")
+    (tmp_path / "short.yaml").write_text("trainer:\n  rounds: 1\n")
+    sweep_file = tmp_path / "sweep.yaml"
+    out = tmp_path / "runs"
+    sweep_file.write_text(
+        json.dumps(
+            {
+                "grids": [
+                    [
+                        {"fedavg": str(ROOT / "configs" / "fedavg.yaml")},
+                        {"local": str(tmp_path / "local.yaml")},
+                        {"short": str(tmp_path / "short.yaml")},
+                    ]
+                ],
+                "seeds": [4],
+                "output": str(out),
+                "overrides": TINY[:2] + TINY[3:],
+            }
+        )
+    )
+    status = main_sweep(["--config", str(sweep_file)])
+    assert status == {"fedavg-local-short-seed4": "done"}
+    summary = json.loads((out / "fedavg-local-short-seed4" / "summary.json").read_text())
+    assert summary["method"] == "LocalOnly" and summary["rounds"] == 1 and summary["seed"] == 4
+
+
+def test_scheduler_refers_as_soon_as_inputs_are_fitted_and_skips_failed_inputs(tmp_path: Path) -> None:
+    """One worker, order a-ref(a, b), b, c, d-ref(d, c): after a and b are fitted the referral of a runs
+    before c is fitted; c fails, so d's referral is marked failed without running."""
+    from lightning_fed.sweep import SweepRun, _Scheduler
+
+    def run(name: str, baselines: tuple[str, ...] | None = None) -> SweepRun:
+        dirs = None if baselines is None else tuple(tmp_path / b for b in baselines)
+        return SweepRun((tmp_path / "x.yaml",), 1, tmp_path / name, dirs)
+
+    runs = [run("a", ("b",)), run("b"), run("c"), run("d", ("c",))]
+    scheduler = _Scheduler(runs, runs)
+    order = []
+    while (task := scheduler.take()) is not None:
+        kind, r = task
+        order.append(f"{kind} {r.name}")
+        scheduler.finished(kind, r, ok=r.name != "c")
+    assert order == ["fit a", "fit b", "refer a", "fit c", "fit d"]
+    assert scheduler.status == {"a": "done", "b": "done", "c": "failed", "d": "failed"}

@@ -1,0 +1,56 @@
+"""Every shipped sweep file plans (files exist, referral baselines resolve) and every run's layer stack
+parses as a ``fit`` config (keys and types), without building data or training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lightning_fed.cli import fit_parser
+from lightning_fed.sweep import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+#: ``lightning-fed sweep`` files (the W&B sweep spec has its own format and is not one).
+SWEEPS = [f for f in sorted((ROOT / "configs" / "sweeps").glob("*.yaml")) if not f.stem.startswith("wandb")]
+
+
+@pytest.fixture(scope="module")
+def parser():
+    return fit_parser()
+
+
+@pytest.mark.parametrize("sweep", SWEEPS, ids=[f.stem for f in SWEEPS])
+def test_sweep_file_plans_and_every_stack_parses(sweep: Path, parser, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)  # sweep files name configs relative to the repository root
+    spec = yaml.safe_load(sweep.read_text())
+    runs = plan(
+        spec.get("configs", []),
+        spec.get("seeds", [0])[:1],
+        tmp_path,
+        spec.get("refer", []),
+        spec.get("refer_baselines", []),
+        spec.get("grids", []),
+    )
+    assert runs
+    for run in runs:
+        cfg = parser.parse_args([arg for c in run.configs for arg in ("--config", str(c))])
+        assert cfg.trainer.rounds >= 1, run.name
+        for baseline in run.refer_baselines or ():
+            assert baseline.name in {r.name for r in runs}
+
+
+def test_the_table1_grid_has_the_papers_cells() -> None:
+    """8 clients x 2 partitions x 4 graphs x (EdgeDRM, DisPFL, FedSPD) + Local per partition, 3 seeds;
+    every EdgeDRM run refers with the Local, DisPFL and FedSPD runs of its own data and graph."""
+    spec = yaml.safe_load((ROOT / "configs" / "sweeps" / "edgedrm_table1_cpu.yaml").read_text())
+    runs = plan([], spec["seeds"], "out", spec["refer"], spec["refer_baselines"], spec["grids"])
+    assert spec["seeds"] == [2025, 2026, 2027] and len(runs) == 3 * (2 * 4 * 3 + 2)
+    by_name = {r.name: r for r in runs}
+    run = by_name["fmnist-dir03-edgedrm-cycle-seed2026"]
+    assert [b.name for b in run.refer_baselines] == [
+        "fmnist-dir03-local-seed2026",
+        "fmnist-dir03-dispfl-cycle-seed2026",
+        "fmnist-dir03-fedspd-cycle-seed2026",
+    ]
