@@ -238,7 +238,7 @@ class Federation:
         t0 = time.perf_counter()
         losses = self.algorithm.train_round(self.engine, r)
         t1 = time.perf_counter()
-        ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility)
+        ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility, rounds=self.trainer.rounds)
         params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)

@@ -30,11 +30,14 @@ class RoundContext:
             model ``q`` on center ``centers[q]``'s own validation split, and returns the AUROC
             ``[Q]`` (NaN where undefined). Batched; this is how Shapley utilities are computed
             without any row leaving its center.
+        rounds: The run's round budget (``trainer.rounds``), for schedules over the run; None when
+            the caller has none (a hand-built context).
     """
 
     round: int
     seed: int
     val_utility: Callable[[dict[str, Tensor], Tensor], Tensor]
+    rounds: int | None = None
 
 
 @dataclass(frozen=True, eq=False)

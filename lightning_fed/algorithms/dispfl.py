@@ -81,8 +81,8 @@ class DisPFL(Algorithm):
         density: Fraction ``d`` of each client's weights that are active (paper: 0.5).
         layer_density: How ``d`` is spread over layers; default :class:`ERK` (DisPFL's default).
         anneal_factor: Drop fraction at round 0 (paper: 0.5), cosine-annealed to 0.
-        anneal_rounds: Rounds ``T`` of the cosine schedule: set it to ``trainer.rounds`` (after
-            ``T`` rounds masks stay fixed).
+        anneal_rounds: Rounds ``T`` of the cosine schedule (after ``T`` rounds masks stay fixed);
+            None (default): the run's ``trainer.rounds``.
         score_batch_size: Training rows per client in the regrowth gradient (one batch).
         personal_layers: Head layers kept local (0 shares everything, as DisPFL does).
     """
@@ -93,7 +93,7 @@ class DisPFL(Algorithm):
         density: float = 0.5,
         layer_density: LayerDensity | None = None,
         anneal_factor: float = 0.5,
-        anneal_rounds: int = 50,
+        anneal_rounds: int | None = None,
         score_batch_size: int = 128,
         personal_layers: int = 0,
     ) -> None:
@@ -114,7 +114,9 @@ class DisPFL(Algorithm):
         self.topology = topology if topology is not None else RandomRegular(4)
         self.density, self.anneal_factor = float(density), float(anneal_factor)
         self.layer_density = layer_density if layer_density is not None else ERK()
-        self.anneal_rounds = check_int("algorithm.anneal_rounds", anneal_rounds, 1)
+        self.anneal_rounds = (
+            None if anneal_rounds is None else check_int("algorithm.anneal_rounds", anneal_rounds, 1)
+        )
         self.score_batch_size = check_int("algorithm.score_batch_size", score_batch_size, 1)
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
@@ -136,7 +138,10 @@ class DisPFL(Algorithm):
         first = next(iter(params.values()))
         device = first.device
         old = {n: m.to(device) for n, m in self.masks.items()}
-        alpha = drop_fraction(ctx.round, self.anneal_rounds, self.anneal_factor)
+        horizon = self.anneal_rounds if self.anneal_rounds is not None else ctx.rounds
+        if horizon is None:
+            raise ValueError("algorithm.anneal_rounds: no round budget in the context; set anneal_rounds")
+        alpha = drop_fraction(ctx.round, horizon, self.anneal_factor)
         new = self.evolve(params, old, alpha, ctx.round)
         total, count, neighbours = self.exchange(params, old, wire, ctx.round)
         out = {}

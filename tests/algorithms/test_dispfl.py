@@ -35,8 +35,8 @@ from lightning_fed.types import RoundContext, TrainerConfig
 from tests.conftest import make_federation
 
 
-def ctx(round_idx: int = 0) -> RoundContext:
-    return RoundContext(round=round_idx, seed=0, val_utility=lambda p, c: torch.zeros(len(c)))
+def ctx(round_idx: int = 0, rounds: int | None = 50) -> RoundContext:
+    return RoundContext(round=round_idx, seed=0, val_utility=lambda p, c: torch.zeros(len(c)), rounds=rounds)
 
 
 class Tiny(CenterModule):
@@ -208,6 +208,13 @@ def test_mask_update_prunes_by_magnitude_regrows_by_gradient_then_aggregates() -
     averages = torch.tensor([[1.0, 3.0, 6.0, 0.0], [1.0, 3.0, 4.0, 5.0], [0.0, 4.0, 4.0, 5.0]])
     torch.testing.assert_close(out["w"], torch.where(new, averages, 0.0))
     assert algo.round_stats()["drop_fraction"] == pytest.approx(0.5)
+    # Without anneal_rounds the schedule spans the run's round budget from the context: same result.
+    default = _tiny(anneal_factor=1.0)
+    budget = RoundContext(round=1, seed=0, val_utility=lambda p, c: torch.zeros(len(c)), rounds=2)
+    torch.testing.assert_close(default.aggregate(budget, {"w": WEIGHTS.clone()}, Wire())["w"], out["w"])
+    assert default.round_stats()["drop_fraction"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match=r"algorithm\.anneal_rounds: no round budget"):
+        _tiny().aggregate(ctx(1, rounds=None), {"w": WEIGHTS.clone()}, Wire())
 
 
 def test_bad_settings_fail_naming_the_field() -> None:

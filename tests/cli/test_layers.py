@@ -26,7 +26,6 @@ def test_layered_method_runs(tmp_path: Path, method: str) -> None:
     layers += [] if method == "local" else [BENCH / "graphs" / "cycle.yaml"]
     tiny = ["--data.init_args.max_per_client=60", "--trainer.rounds=2", "--trainer.local_steps=2"]
     tiny += ["--algorithm.init_args.stage2_epochs=3"] if method == "edgedrm" else []
-    tiny += ["--algorithm.init_args.anneal_rounds=2"] if method == "dispfl" else []
     main(
         [
             "fit",
