@@ -110,8 +110,6 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
 
 def edgedrm_table(rows: pl.DataFrame) -> pl.DataFrame:
     """Mean, sample SD and seed count per (graph, method, dataset, partition, clients)."""
-    if "clients" not in rows.columns:
-        rows = rows.with_columns(pl.lit(8).alias("clients"))
     return (
         rows.group_by("graph", "method", "dataset", "partition", "clients")
         .agg(
@@ -204,6 +202,10 @@ def edgedrm_settings_markdown(table: pl.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def edgedrm_margins(table: pl.DataFrame) -> pl.DataFrame:
     """Per graph, over the settings that have EdgeDRM and another decentralized method (paper Sec. 5.2):
 
@@ -232,18 +234,15 @@ def edgedrm_margins(table: pl.DataFrame) -> pl.DataFrame:
             if (g, "EdgeDRM-NR", st) in cell:
                 gains.append(ours - cell[(g, "EdgeDRM-NR", st)][0])
 
-        def mean(v: list[float]) -> float | None:
-            return sum(v) / len(v) if v else None
-
         if margins:
             rows.append(
                 {
                     "graph": g,
                     "settings": len(margins),
                     "edgedrm_first": first,
-                    "margin": mean(margins),
-                    "vs_dfedavgm": mean(vs_d),
-                    "referral_gain": mean(gains),
+                    "margin": _mean(margins),
+                    "vs_dfedavgm": _mean(vs_d),
+                    "referral_gain": _mean(gains),
                 }
             )
     return pl.DataFrame(rows)
