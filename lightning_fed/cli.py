@@ -18,7 +18,8 @@ Values given after ``--config`` override it (``--trainer.rounds=5``).
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +118,13 @@ def _instantiate(parser: Any, cfg: Any) -> Any:
         _fail(_one_line(str(err)))
 
 
+def _launched() -> bool:
+    """Whether this process is a non-zero rank started by a launcher (it neither locks nor writes)."""
+    import os
+
+    return os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0"
+
+
 def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
     """The run folder's path (created only once the whole config has been validated).
 
@@ -128,17 +136,116 @@ def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
     import os
     import time
 
-    launched = os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0"
     stamp = (
         f"job{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else time.strftime("%Y%m%d-%H%M%S")
     )
-    inherited = os.environ.get("LIGHTNING_FED_RUN_NAME") if launched else None
+    inherited = os.environ.get("LIGHTNING_FED_RUN_NAME") if _launched() else None
     name = output.name or inherited or f"{type(algorithm).__name__.lower()}-seed{seed}-{stamp}"
     os.environ["LIGHTNING_FED_RUN_NAME"] = name
-    run_dir = output.root / name
-    if (run_dir / "summary.json").exists():
-        _fail(f"output folder {run_dir} already holds a finished run: choose another output.name")
-    return run_dir
+    if output.root.exists() and not output.root.is_dir():
+        _fail(f"output.root {output.root} is a file, not a folder: choose a folder for the run folders")
+    return output.root / name
+
+
+def _check_config(run_dir: Path, config: dict[str, Any], flag: str) -> None:
+    """Refuse ``config`` when its fingerprinted keys differ from those stored in ``run_dir``'s checkpoint."""
+    from lightning_fed.runfolder import SAFE_TO_CHANGE, changed_keys
+    from lightning_fed.runfolder.state import read_checkpoint
+
+    try:
+        state = read_checkpoint(run_dir / "checkpoint.pt", mmap=True)
+    except ValueError as err:
+        _fail(f"{flag} {run_dir}: {err}")
+    saved = state.get("config")
+    if saved is None:
+        print(
+            f"lightning-fed: warning: {run_dir}/checkpoint.pt has no config fingerprint (an older run): "
+            "cannot check that config.yaml is the config it was trained with",
+            file=sys.stderr,
+        )
+        return
+    changed = changed_keys(saved, config)
+    if changed:
+        shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+        _fail(
+            f"{flag} {run_dir}: the config differs from the one the checkpoint was trained with in {shown}; "
+            f"only {', '.join(SAFE_TO_CHANGE)} may change (start a new run for another config)"
+        )
+
+
+def _claim(run_dir: Path, resume: bool, overwrite: bool, config: dict[str, Any]) -> tuple[Any, Path | None]:
+    """Lock ``run_dir`` for this fit and check that it may be written; returns the lock and the
+    topmost folder this created (None: ``run_dir`` existed), which :func:`_release` removes again if
+    the fit ends before writing anything.
+
+    A new fit takes an absent or empty folder; one that holds a finished or interrupted run only
+    with ``--overwrite`` (which empties it). ``--resume`` takes only a resumable folder whose
+    checkpoint was trained with this config (up to the keys safe to change).
+    """
+    import shutil
+
+    from lightning_fed.runfolder import RunFolderBusyError, RunLock, clean_stale_temporaries, folder_state
+    from lightning_fed.runfolder.state import State
+
+    missing = [p for p in (run_dir, *run_dir.parents) if not p.exists()]
+    created = missing[-1] if missing else None
+    lock = RunLock(run_dir)
+    try:
+        lock.acquire()
+    except RunFolderBusyError as err:
+        _fail(str(err))
+    except OSError as err:
+        _fail(f"cannot create the run folder {run_dir}: {err.strerror} (check output.root)")
+    try:
+        found = folder_state(run_dir)
+        if resume:
+            if found.state is State.COMPLETE:
+                _fail(f"--resume {run_dir}: the run already finished (summary.json exists)")
+            if found.state is not State.RESUMABLE:
+                _fail(f"--resume {run_dir}: cannot resume: {found.reason}; start it again with --overwrite")
+            _check_config(run_dir, config, "--resume")
+        elif found.state is State.COMPLETE and not overwrite:
+            _fail(
+                f"output folder {run_dir} already holds a finished run: choose another output.name "
+                "(or pass --overwrite to replace it)"
+            )
+        elif found.state is not State.ABSENT and not overwrite:
+            how = (
+                f"resume it with 'lightning-fed fit --resume {run_dir}', or "
+                if found.state is State.RESUMABLE
+                else ""
+            )
+            _fail(
+                f"output folder {run_dir} holds an interrupted run ({found.reason}): {how}pass --overwrite "
+                "to start it again, or choose another output.name"
+            )
+        elif found.state is not State.ABSENT:  # --overwrite: empty the folder, keep our lock
+            for path in run_dir.iterdir():
+                if path.name != lock.path.name:
+                    shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        clean_stale_temporaries(run_dir)
+    except SystemExit:
+        _release(lock, run_dir, created)
+        raise
+    return lock, created
+
+
+def _release(lock: Any, run_dir: Path, created: Path | None) -> None:
+    """Drop the folder lock; remove the folders this fit created (up to ``created``) while empty."""
+    lock.release()
+    if created is None:
+        return
+    for folder in (run_dir, *run_dir.parents):
+        if not folder.is_dir() or any(folder.iterdir()):
+            break
+        folder.rmdir()
+        if folder == created:
+            break
+
+
+def _pop_flag(argv: list[str], flag: str) -> tuple[list[str], bool]:
+    """``argv`` without the bare ``flag``, and whether it was there."""
+    return [a for a in argv if a != flag], flag in argv
 
 
 def _package_versions() -> dict[str, str]:
@@ -169,66 +276,135 @@ def _build_federation(init: Any, fabric: Any) -> Any:
 
 
 def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
-    """``--resume DIR`` becomes ``--config DIR/config.yaml`` (later options still override it)."""
+    """``--resume DIR`` becomes ``--config DIR/config.yaml`` (later options may only change the keys
+    that are safe to change on resume; see :mod:`lightning_fed.runfolder.fingerprint`)."""
     for i, arg in enumerate(argv):
         if arg == "--resume" or arg.startswith("--resume="):
             value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
             rest = argv[:i] + argv[i + (1 if "=" in arg else 2) :]
             run_dir = Path(value)
-            for needed in ("config.yaml", "checkpoint.pt"):
-                if not (run_dir / needed).is_file():
-                    _fail(f"--resume {run_dir}: no {needed} there (set output.checkpoint_every >= 1)")
-            if (run_dir / "summary.json").exists():
-                _fail(f"--resume {run_dir}: the run already finished (summary.json exists)")
+            if not (run_dir / "config.yaml").is_file():
+                _fail(f"--resume {run_dir}: no config.yaml there (is it a 'lightning-fed fit' run folder?)")
             return ["--config", str(run_dir / "config.yaml"), *rest], run_dir
     return argv, None
+
+
+def _interrupt_exit(run_dir: Path, federation: Any) -> None:
+    """One line on Ctrl-C / SIGTERM during ``fit`` (files stay intact: every write is atomic)."""
+    from lightning_fed.runfolder import folder_state
+    from lightning_fed.runfolder.state import State
+
+    reached = getattr(federation, "round", 0)
+    if folder_state(run_dir).state is State.RESUMABLE:
+        how = f"resume with: lightning-fed fit --resume {run_dir}"
+    else:
+        how = f"no checkpoint yet: start again with --overwrite (or output.name={run_dir.name} elsewhere)"
+    print(f"lightning-fed: interrupted after {reached} rounds; {how}", file=sys.stderr)
+    raise SystemExit(_SIGNAL_EXIT.get("code", 130))
 
 
 def fit(argv: Sequence[str]) -> dict[str, Any]:
     """``lightning-fed fit``: validate the config, build everything, then train and write the run dir.
 
     Nothing is written until the config, the data and the federation have been built without error.
+    The fit holds the run folder's lock from the first check to the last write
+    (:mod:`lightning_fed.runfolder`): a second writer fails at once, naming this one.
     """
-    argv, resume = _resume_argv(list(argv))
+    argv, overwrite = _pop_flag(list(argv), "--overwrite")
+    argv, resume = _resume_argv(argv)
+    if resume is not None and overwrite:
+        _fail("--resume continues a run and --overwrite starts it again: give one of them")
     parser = fit_parser()
     cfg = parser.parse_args(argv)
     init = _instantiate(parser, cfg)
     run_dir = resume if resume is not None else _run_dir(init.output, init.algorithm, init.seed)
 
-    from lightning_fed.callbacks import Checkpoint, ProgressBar, RoundsWriter
-    from lightning_fed.io import write_json, write_text
-
     dumped = cfg.clone()
     dumped.pop("config", None)
     dumped.output.name = run_dir.name
+    config = dumped.as_dict()
+    lock, created = (None, None) if _launched() else _claim(run_dir, resume is not None, overwrite, config)
+    federation = None
+    try:
+        federation, loggers, fingerprint = _build_run(init, parser, dumped, config, run_dir, resume)
+        return _train(init, federation, loggers, fingerprint, run_dir)
+    except KeyboardInterrupt:
+        _interrupt_exit(run_dir, federation)
+    finally:
+        if lock is not None:
+            _release(lock, run_dir, created)
+    raise AssertionError("unreachable")
+
+
+def _build_run(
+    init: Any, parser: Any, dumped: Any, config: dict[str, Any], run_dir: Path, resume: Path | None
+) -> tuple[Any, list[Any], str]:
+    """Callbacks, loggers, Fabric and the federation; restores the checkpoint on resume and writes
+    ``config.yaml`` (rewritten on resume: a safe key such as ``trainer.rounds`` may have changed).
+
+    Returns:
+        The federation, its loggers and the config fingerprint.
+    """
+    from lightning_fed.callbacks import Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.io import write_text
+
     extra = list(init.callbacks or [])
     for callback in extra:
         if hasattr(callback, "setup_run_dir"):
             callback.setup_run_dir(run_dir)
-    checkpoint = Checkpoint(run_dir / "checkpoint.pt", every=init.output.checkpoint_every, stateful=extra)
+    checkpoint = Checkpoint(
+        run_dir / "checkpoint.pt", every=init.output.checkpoint_every, stateful=extra, config=config
+    )
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
         checkpoint,
     ]
-    loggers = init.logger.build(run_dir, dumped.as_dict())
-    fabric = init.fabric.build([*callbacks, *extra], loggers)
+    loggers = init.logger.build(run_dir, config)
+    fabric = _fabric(init.fabric, [*callbacks, *extra], loggers)
     federation = _build_federation(init, fabric)
     if resume is not None:
-        for stale in run_dir.glob(".*.tmp"):  # half-written files of the killed run (never renamed)
-            stale.unlink()
-        start = checkpoint.restore(federation)
+        try:
+            start = checkpoint.restore(federation)
+        except ValueError as err:
+            _fail(f"--resume {run_dir}: {err}")
         print(f"lightning-fed: resuming {run_dir} from round {start}")
-    elif fabric.is_global_zero:
+    if fabric.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_text(run_dir / "config.yaml", _dump(parser, dumped))
+    return federation, loggers, checkpoint.fingerprint
+
+
+def _fabric(settings: Any, callbacks: list[Any], loggers: list[Any]) -> Any:
+    """A launched Fabric; a setting Fabric refuses (an unknown or absent accelerator, ...) ends here
+    with one line naming the ``fabric`` group."""
+    try:
+        return settings.build(callbacks, loggers)
+    except (ValueError, RuntimeError, TypeError, ImportError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        _fail(
+            f"fabric (accelerator={settings.accelerator!r}, devices={settings.devices}, "
+            f"precision={settings.precision!r}): {first}"
+        )
+
+
+def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run_dir: Path) -> dict[str, Any]:
+    """Run the federation and write ``summary.json`` (rank 0)."""
+    from lightning_fed.io import write_json
+
+    fabric = federation.fabric
     say = print if fabric.is_global_zero else (lambda *_: None)
     say(
         f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "
         f"{init.trainer.rounds} rounds -> {run_dir}"
     )
     summary = federation.fit()
-    summary.update(method=type(init.algorithm).__name__, run_dir=str(run_dir), versions=_package_versions())
+    summary.update(
+        method=type(init.algorithm).__name__,
+        run_dir=str(run_dir),
+        versions=_package_versions(),
+        config_fingerprint=fingerprint,
+    )
     if fabric.is_global_zero:
         write_json(run_dir / "summary.json", summary)
     say(
@@ -243,7 +419,11 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def _load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
-    """Rebuild a finished run's federation from ``run_dir/config.yaml`` and load its checkpoint."""
+    """Rebuild a finished run's federation from ``run_dir/config.yaml`` and load its checkpoint.
+
+    The config must be the one the checkpoint was trained with (up to the keys safe to change):
+    an edited ``config.yaml`` (another seed, other data) is refused before anything is built.
+    """
     for needed in ("config.yaml", "checkpoint.pt"):
         if not (run_dir / needed).is_file():
             _fail(f"{flag} {run_dir}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
@@ -254,9 +434,14 @@ def _load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
 
     parser = fit_parser()
     cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
+    cfg.pop("config", None)
+    _check_config(run_dir, cfg.as_dict(), flag)
     init = _instantiate(parser, cfg)
     federation = _build_federation(init, Fabric(accelerator="cpu", devices=1))
-    Checkpoint(run_dir / "checkpoint.pt").restore(federation)
+    try:
+        Checkpoint(run_dir / "checkpoint.pt").restore(federation)
+    except ValueError as err:
+        _fail(f"{flag} {run_dir}: {err}")
     return federation
 
 
@@ -289,8 +474,16 @@ def refer(argv: Sequence[str]) -> Any:
 
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out is not None else run_dir
+    with _writer(out, "--out" if args.out is not None else "--run-dir"):
+        table = _refer_table(refer_run, run_dir, args, out)
+    print(to_markdown(table))
+    print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
+    return table
+
+
+def _refer_table(refer_run: Any, run_dir: Path, args: Any, out: Path) -> Any:
     try:
-        table = refer_run(
+        return refer_run(
             run_dir,
             lambda folder: _load_run(folder, "--run-dir" if folder == run_dir else "--baselines"),
             [Path(b) for b in args.baselines],
@@ -300,9 +493,24 @@ def refer(argv: Sequence[str]) -> Any:
         )
     except ValueError as err:
         _fail(str(err))
-    print(to_markdown(table))
-    print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
-    return table
+
+
+@contextmanager
+def _writer(folder: Path, flag: str) -> Iterator[None]:
+    """Hold ``folder``'s run-folder lock while a command writes into it (one writer per folder)."""
+    from lightning_fed.runfolder import RunFolderBusyError, RunLock
+
+    lock = RunLock(folder)
+    try:
+        lock.acquire()
+    except RunFolderBusyError as err:
+        _fail(f"{flag} {folder}: {err}")
+    except OSError as err:
+        _fail(f"{flag} {folder}: cannot write there ({err.strerror})")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def test(argv: Sequence[str]) -> dict[str, Any]:
@@ -320,7 +528,8 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     from lightning_fed.io import write_json
 
     summary = federation.summary()
-    write_json(run_dir / "test.json", summary)
+    with _writer(run_dir, "--run-dir"):
+        write_json(run_dir / "test.json", summary)
     print(
         f"test: {run_dir} | round {summary['rounds']} | test AUROC {summary['test_auroc_mean']:.4f} "
         f"+/- {summary['test_auroc_std']:.4f} ({summary['test_auroc_undefined']} undefined) | "
@@ -345,6 +554,8 @@ def data(argv: Sequence[str]) -> Any:
     parser.add_argument("--rows", type=int, default=20, help="rows to print (all rows are saved)")
     cfg = parser.parse_args(list(argv[1:]))
     init = _instantiate(parser, cfg)
+    if init.save and (Path(init.save).is_dir() or str(init.save).endswith("/")):
+        _fail(f"--save {init.save} is a folder: give a file name, e.g. {Path(init.save) / 'centers.parquet'}")
 
     import polars as pl
 
@@ -407,6 +618,13 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
         status = run_sweep(runs, args.overrides, args.processes)
     except (ValueError, FileNotFoundError) as err:
         _fail(str(err))
+    except KeyboardInterrupt:
+        print(
+            "sweep: stopped; the running fits were ended with their checkpoints intact. Run the same "
+            "command again to resume (finished runs are skipped, interrupted ones resume)",
+            file=sys.stderr,
+        )
+        raise SystemExit(_SIGNAL_EXIT.get("code", 130)) from None
     failed = sorted(name for name, s in status.items() if s == "failed")
     counts = {kind: sum(s == kind for s in status.values()) for kind in ("done", "skipped")}
     detail = f" ({', '.join(failed)}; see their .log files)" if failed else ""
@@ -447,7 +665,64 @@ def main(argv: Sequence[str] | None = None) -> None:
     commands = {"fit": fit, "test": test, "refer": refer, "data": data, "sweep": sweep, "report": report}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")
-    commands[command](rest)
+    _die_with_sweep()
+    with _signals_as_interrupts():
+        try:
+            commands[command](rest)
+        except KeyboardInterrupt:  # a command without its own interrupt handling (fit has one)
+            print(f"lightning-fed: {command} interrupted", file=sys.stderr)
+            raise SystemExit(_SIGNAL_EXIT.get("code", 130)) from None
+
+
+def _die_with_sweep() -> None:
+    """In a run process started by ``sweep``: ask Linux for SIGTERM when the sweep dies (even by
+    SIGKILL), and stop at once if it is already gone, so no fit outlives its sweep."""
+    import os
+
+    from lightning_fed.sweep import PARENT_ENV
+
+    parent = os.environ.get(PARENT_ENV)
+    if parent is None or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if str(os.getppid()) != parent:
+        print("lightning-fed: the sweep that started this run has ended; not starting", file=sys.stderr)
+        raise SystemExit(143)
+
+
+#: The exit code of the signal that interrupted the command (130 = SIGINT, 143 = SIGTERM).
+_SIGNAL_EXIT: dict[str, int] = {}
+
+
+@contextmanager
+def _signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM interrupts a command the way Ctrl-C does (so ``finally`` blocks release the run folder
+    lock and remove half-written temporaries); the exit code follows the signal (128 + signum)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: Any) -> None:
+        _SIGNAL_EXIT["code"] = 128 + signum
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _SIGNAL_EXIT.clear()
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,11 @@ class OutputConfig:
     Args:
         root: Folder holding run directories.
         name: Run directory name (default: ``<algorithm>-seed<seed>-<timestamp>``).
-        checkpoint_every: Also checkpoint every N rounds (0: only at the end).
+        checkpoint_every: Also checkpoint every N rounds (0: only at the end). The default, 5, keeps a
+            killed run resumable at under 1 % of the wall time: a checkpoint of the default
+            230-center federation (45 MB, parameters and Adam states) takes ~0.07-0.09 s to write
+            against ~1.9-2.5 s per FedAvg / ABPS round on 2 cores (4 % at every round), and a kill
+            redoes at most 4 rounds.
         progress_bar: Show the per-round progress bar.
     """
 
@@ -144,7 +148,7 @@ class OutputConfig:
         self,
         root: str = "runs",
         name: str | None = None,
-        checkpoint_every: int = 0,
+        checkpoint_every: int = 5,
         progress_bar: bool = True,
     ) -> None:
         if checkpoint_every < 0:

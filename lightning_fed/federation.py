@@ -98,6 +98,9 @@ class Federation:
         self.diverged_total = 0
         #: Whether :meth:`Algorithm.finish` has run (a resumed finished run does not rerun it).
         self.finished = False
+        #: Wall seconds of the fit segments before this one (a resumed run carries them on).
+        self._wall_before = 0.0
+        self._segment_start: float | None = None
         self._setup()
 
     def _setup(self) -> None:
@@ -139,6 +142,13 @@ class Federation:
     def mixed_precision(self) -> bool:
         """Whether Fabric's precision autocasts (``bf16-mixed``, ``16-mixed``)."""
         return "mixed" in str(getattr(self.fabric.strategy.precision, "precision", ""))
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall seconds of fitting so far, summed over every segment of a resumed run (each segment
+        counts from its start; rounds redone after a kill count once, in the segment that kept them)."""
+        running = 0.0 if self._segment_start is None else time.perf_counter() - self._segment_start
+        return self._wall_before + running
 
     @property
     def collective_seconds(self) -> float:
@@ -192,7 +202,7 @@ class Federation:
 
     def fit(self) -> dict[str, Any]:
         """Run the remaining rounds; returns the summary (also passed to ``on_fit_end``)."""
-        start = time.perf_counter()
+        self._segment_start = time.perf_counter()
         self.fabric.call("on_fit_start", self)
         while self.round < self.trainer.rounds and not self.should_stop:
             result = self._run_round(self.round)
@@ -203,7 +213,7 @@ class Federation:
         self.fabric.call("on_train_end", self)
         if not self.finished:
             self._finish()
-        summary = self.summary(wall_seconds=time.perf_counter() - start)
+        summary = self.summary(wall_seconds=self.wall_seconds)
         self.fabric.log_dict({f"final/{k}": v for k, v in summary.items() if isinstance(v, int | float)})
         self.fabric.call("on_fit_end", self, summary)
         return summary
@@ -341,6 +351,7 @@ class Federation:
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
             "faults": {"rejected": dict(self.wire.rejected), "diverged": self.diverged_total},
+            "wall_seconds": self.wall_seconds,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -354,3 +365,4 @@ class Federation:
         faults = state.get("faults", {})
         self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}
         self.diverged_total = int(faults.get("diverged", 0))
+        self._wall_before = float(state.get("wall_seconds", 0.0))

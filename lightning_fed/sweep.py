@@ -10,12 +10,22 @@ A sweep file names the configs, the seeds, the output folder and optional overri
     refer: [edgedrm_fmnist]              # optional: run ``lightning-fed refer`` on these configs' runs
     refer_baselines: [local_fmnist]      # ... with these configs' runs (same seed) as --baselines
 
-Run ``r`` of config ``C`` with seed ``s`` writes ``output/<C's stem>-seed<s>/``; a run whose folder
-already holds ``summary.json`` is skipped, so an interrupted sweep picks up where it stopped. Runs go
-seed by seed (every config of the first seed first), so an interrupted sweep leaves whole seeds.
-Each run is a separate ``lightning-fed fit`` process, so runs cannot share state and a crash stays in
-its run (its log is ``output/<run>.log``). Each run process gets ``cores // processes`` OpenMP threads
-unless ``OMP_NUM_THREADS`` is set.
+Run ``r`` of config ``C`` with seed ``s`` writes ``output/<C's stem>-seed<s>/``. A run whose folder
+holds a complete run (:mod:`lightning_fed.runfolder.state`: summary, per-round parquet and
+checkpoint agree on the round count and the config) is skipped; an interrupted run with a checkpoint
+is resumed (``fit --resume`` with the same layers and overrides, so a changed cell config is refused
+rather than mixed in); an interrupted run without one starts again (``--overwrite``). So an
+interrupted sweep picks up where it stopped. Runs go seed by seed (every config of the first seed
+first), so an interrupted sweep leaves whole seeds. Each run is a separate ``lightning-fed fit``
+process, so runs cannot share state and a crash stays in its run (its log is ``output/<run>.log``).
+Each run process gets ``cores // processes`` OpenMP threads unless ``OMP_NUM_THREADS`` is set.
+
+Stopping: each run process is started in its own process group. Ctrl-C or SIGTERM on the sweep
+stops scheduling, terminates the running fits (SIGTERM, then SIGKILL after 15 s; a fit exits on
+SIGTERM with its files intact and its checkpoint resumable) and ends the sweep with one line saying
+how to resume (exit 130 / 143). On Linux a run process also asks the kernel to send it SIGTERM when
+the sweep dies, so even a SIGKILLed sweep leaves no fit running; and if one did, the run folder's
+lock would refuse a second writer.
 
 Layered grids (``grids:``): a benchmark is a product of independent choices (dataset, partition,
 method, graph), each a small YAML layer; jsonargparse merges the layers of a run in order (``fit
@@ -44,11 +54,14 @@ is ``fmnist-spc5-dispfl-path``, for ``b = local`` it is ``fmnist-spc5-local``. I
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -89,7 +102,11 @@ class SweepRun:
 
     @property
     def fitted(self) -> bool:
-        return (self.run_dir / "summary.json").is_file()
+        """Whether the folder holds a complete, consistent run (never judged by ``summary.json`` alone)."""
+        from lightning_fed.runfolder import folder_state
+        from lightning_fed.runfolder.state import State
+
+        return folder_state(self.run_dir).state is State.COMPLETE
 
     @property
     def done(self) -> bool:
@@ -198,20 +215,75 @@ def plan(
     return [run(c, s) for s in seeds for c in cells]
 
 
-def _refer(run: SweepRun, threads: int) -> int:
-    baselines = [f"--baselines=[{','.join(str(b) for b in run.refer_baselines or ())}]"]
-    args = [sys.executable, "-m", "lightning_fed.cli", "refer", f"--run-dir={run.run_dir}", *baselines]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if "OMP_NUM_THREADS" not in os.environ else None
-    with open(run.run_dir.parent / f"{run.name}.refer.log", "w") as log:
-        return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, check=False, env=env).returncode
+#: Environment variable telling a run process its sweep's pid (it then dies with the sweep).
+PARENT_ENV = "LIGHTNING_FED_PARENT_PID"
 
 
-def _fit(run: SweepRun, overrides: Sequence[str], threads: int) -> int:
-    args = [
-        sys.executable,
-        "-m",
-        "lightning_fed.cli",
+class _Processes:
+    """The run processes in flight, each in its own process group, so the sweep can end them all."""
+
+    def __init__(self) -> None:
+        self.running: set[subprocess.Popen] = set()
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def run(self, args: Sequence[str], log_path: Path, threads: int) -> int:
+        """Run ``args`` (a ``lightning-fed`` command) to completion, output to ``log_path``."""
+        env = {**os.environ, PARENT_ENV: str(os.getpid())}
+        if "OMP_NUM_THREADS" not in os.environ:
+            # Each run gets its share of the cores: several 2-thread OpenMP processes on 2 cores wait
+            # on each other and run many times slower than the same runs one at a time.
+            env["OMP_NUM_THREADS"] = str(threads)
+        with open(log_path, "w") as log:
+            with self.lock:
+                if self.stopping:
+                    return -signal.SIGTERM
+                proc = subprocess.Popen(
+                    list(args), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+                self.running.add(proc)
+            try:
+                return proc.wait()
+            finally:
+                with self.lock:
+                    self.running.discard(proc)
+
+    def terminate(self, grace: float = 15.0) -> None:
+        """SIGTERM every running process group, then SIGKILL what is left after ``grace`` seconds."""
+        with self.lock:
+            self.stopping = True
+            procs = list(self.running)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, sig)
+            deadline = time.monotonic() + grace
+            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "lightning_fed.cli"]
+
+
+def _refer_args(run: SweepRun) -> list[str]:
+    baselines = f"--baselines=[{','.join(str(b) for b in run.refer_baselines or ())}]"
+    return [*_cli(), "refer", f"--run-dir={run.run_dir}", baselines]
+
+
+def _fit_args(run: SweepRun, overrides: Sequence[str]) -> list[str]:
+    """``lightning-fed fit`` for ``run``: a fresh fit, a resume of an interrupted one that has a
+    checkpoint, or (``--overwrite``) a restart of one that has none."""
+    from lightning_fed.runfolder import folder_state
+    from lightning_fed.runfolder.state import State
+
+    found = folder_state(run.run_dir).state
+    start = {State.RESUMABLE: ["--resume", str(run.run_dir)], State.INTERRUPTED: ["--overwrite"]}
+    return [
+        *_cli(),
         "fit",
+        *start.get(found, []),
         *(arg for config in run.configs for arg in ("--config", str(config))),
         f"--seed={run.seed}",
         f"--output.root={run.run_dir.parent}",
@@ -219,12 +291,6 @@ def _fit(run: SweepRun, overrides: Sequence[str], threads: int) -> int:
         "--output.progress_bar=false",
         *overrides,
     ]
-    run.run_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Each run gets its share of the cores: several 2-thread OpenMP processes on 2 cores wait on each
-    # other and run many times slower than the same runs one at a time.
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if "OMP_NUM_THREADS" not in os.environ else None
-    with open(run.run_dir.parent / f"{run.name}.log", "w") as log:
-        return subprocess.run(args, stdout=log, stderr=subprocess.STDOUT, check=False, env=env).returncode
 
 
 class _Scheduler:
@@ -239,7 +305,14 @@ class _Scheduler:
         self.failed: set[Path] = set()
         self.status: dict[str, str] = {}
         self.in_flight = 0
+        self.stopped = False
         self.cond = threading.Condition()
+
+    def stop(self) -> None:
+        """Hand out no more work."""
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
 
     def _inputs(self, run: SweepRun) -> list[Path]:
         return [run.run_dir, *(run.refer_baselines or ())]
@@ -248,6 +321,8 @@ class _Scheduler:
         """The next task, waiting while a referral can only wait on fits in flight; None: all done."""
         with self.cond:
             while True:
+                if self.stopped:
+                    return None
                 for run in list(self.refers):
                     inputs = self._inputs(run)
                     if any(d in self.failed for d in inputs):
@@ -286,6 +361,10 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
 
     A referral starts as soon as its run and its baselines are fitted (before the remaining fits); a
     referral whose run or baseline failed is marked failed without running.
+
+    Raises:
+        KeyboardInterrupt: After Ctrl-C / SIGTERM (module docstring): scheduling has stopped and every
+            run process has ended.
     """
     if processes < 1:
         raise ValueError(f"sweep.processes must be >= 1, got {processes}")
@@ -293,6 +372,7 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
     pending = [r for r in runs if not r.done]
     threads = max(1, (os.cpu_count() or 1) // processes)
     scheduler = _Scheduler(runs, pending)
+    children = _Processes()
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(scheduler.fits) + len(scheduler.refers), desc="sweep", unit="task")
@@ -300,14 +380,23 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
     def work() -> None:
         while (task := scheduler.take()) is not None:
             kind, run = task
+            run.run_dir.parent.mkdir(parents=True, exist_ok=True)
             if kind == "fit":
-                ok = _fit(run, overrides, threads) == 0 and run.fitted
+                log = run.run_dir.parent / f"{run.name}.log"
+                ok = children.run(_fit_args(run, overrides), log, threads) == 0 and run.fitted
             else:
-                ok = _refer(run, threads) == 0 and run.done
+                log = run.run_dir.parent / f"{run.name}.refer.log"
+                ok = children.run(_refer_args(run), log, threads) == 0 and run.done
             scheduler.finished(kind, run, ok)
             bar.update(1)
 
     with bar, ThreadPoolExecutor(max_workers=processes) as pool:
-        for future in [pool.submit(work) for _ in range(processes)]:
-            future.result()
+        futures = [pool.submit(work) for _ in range(processes)]
+        try:
+            for future in futures:
+                future.result()
+        except KeyboardInterrupt:
+            scheduler.stop()
+            children.terminate()
+            raise
     return {**status, **scheduler.status}

@@ -4,7 +4,13 @@ A checkpoint holds ``federation.state_dict()`` (parameters, optimizer states, al
 as ABPS posteriors and momentum buffers, the ledger, the round index) and the state of every
 stateful observer (early stopping), so ``lightning-fed fit --resume RUN_DIR`` continues exactly
 where the last checkpoint left off: every random draw derives from (seed, purpose, round), so
-no generator state needs saving.
+no generator state needs saving. It also holds the run's config fingerprint and the fingerprinted
+config (:mod:`lightning_fed.runfolder.fingerprint`), so a resume or a re-test with another config is
+refused naming the keys that differ.
+
+Checkpoints are read with ``torch.load(weights_only=True)``
+(:func:`~lightning_fed.runfolder.state.read_checkpoint`): everything saved is tensors and plain
+containers, and a crafted file that would run code on unpickling is refused.
 
 Under DDP the state is gathered on every rank (``federation.state_dict()`` is a collective there:
 the engine gathers every shard's optimizer state), and only rank 0 writes the file, in the
@@ -13,14 +19,14 @@ one-process layout, so a checkpoint resumes with any number of processes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from lightning_fed.callbacks.base import Callback
 from lightning_fed.io import save_torch
+from lightning_fed.runfolder import config_fingerprint, fingerprinted
+from lightning_fed.runfolder.state import read_checkpoint
 from lightning_fed.types import RoundResult
 
 __all__ = ["Checkpoint"]
@@ -33,18 +39,29 @@ class Checkpoint(Callback):
         path: Target file.
         every: Also save every ``every`` rounds (0: only at the end).
         stateful: Observers whose ``state_dict`` is saved too (restored in the same order).
+        config: The run's resolved config (nested); its fingerprint is saved with the state.
     """
 
-    def __init__(self, path: str | Path, every: int = 0, stateful: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        every: int = 0,
+        stateful: Sequence[Any] = (),
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
         if every < 0:
             raise ValueError(f"output.checkpoint_every must be >= 0, got {every}")
         self.path, self.every = Path(path), int(every)
         self.stateful = [cb for cb in stateful if hasattr(cb, "state_dict")]
+        self.config = None if config is None else fingerprinted(config)
+        self.fingerprint = None if config is None else config_fingerprint(config)
 
     def _save(self, federation: Any) -> None:
         state = {
             "federation": federation.state_dict(),
             "callbacks": [cb.state_dict() for cb in self.stateful],
+            "fingerprint": self.fingerprint,
+            "config": self.config,
         }
         if federation.fabric.is_global_zero:
             save_torch(self.path, state)
@@ -57,9 +74,27 @@ class Checkpoint(Callback):
         self._save(federation)
 
     def restore(self, federation: Any) -> int:
-        """Load ``path`` into ``federation`` and the stateful observers; returns the round reached."""
-        state = torch.load(self.path, map_location="cpu", weights_only=False)
-        federation.load_state_dict(state["federation"])
-        for cb, cb_state in zip(self.stateful, state["callbacks"], strict=True):
-            cb.load_state_dict(cb_state)
+        """Load ``path`` into ``federation`` and the stateful observers; returns the round reached.
+
+        Raises:
+            ValueError: One line naming the file, if it is truncated, corrupt, unsafe, foreign, or
+                holds state that does not fit this federation (another model or number of centers).
+        """
+        state = read_checkpoint(self.path)
+        callbacks = state.get("callbacks", [])
+        if len(callbacks) != len(self.stateful):
+            raise ValueError(
+                f"checkpoint {self.path} holds {len(callbacks)} observer states, this run has "
+                f"{len(self.stateful)} stateful callbacks: resume with the run's own config"
+            )
+        try:
+            federation.load_state_dict(state["federation"])
+            for cb, cb_state in zip(self.stateful, callbacks, strict=True):
+                cb.load_state_dict(cb_state)
+        except (KeyError, RuntimeError, ValueError, TypeError, IndexError) as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise ValueError(
+                f"checkpoint {self.path} does not fit this federation ({first[:160]}): it was written "
+                "by another config"
+            ) from None
         return federation.round

@@ -22,7 +22,6 @@ are nudged upward with a thin leader line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import polars as pl
@@ -32,7 +31,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from lightning_fed.io import atomic_path
-from lightning_fed.reporting.table import method_label
+from lightning_fed.reporting.table import method_label, read_summary
 
 __all__ = [
     "FAMILY_COLORS",
@@ -211,7 +210,7 @@ def isolation_series(runs_root: Path) -> pl.DataFrame:
             continue
         if "isolation_rate" not in pl.read_parquet_schema(parquet):
             continue
-        label = method_label(run_dir, json.loads(summary_path.read_text()), Path(runs_root))
+        label = method_label(run_dir, read_summary(summary_path), Path(runs_root))
         per_round = (
             pl.read_parquet(parquet, columns=["round", "isolation_rate"])
             .group_by("round")

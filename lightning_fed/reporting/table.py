@@ -20,7 +20,7 @@ import polars as pl
 
 from lightning_fed.io import atomic_path
 
-__all__ = ["collect_runs", "method_label", "table1", "to_markdown", "write_table"]
+__all__ = ["collect_runs", "method_label", "read_summary", "table1", "to_markdown", "write_table"]
 
 _SEED_SUFFIX = re.compile(r"(?:^|[-_])seed\d+(?:-[\d-]+)?$")
 
@@ -56,6 +56,22 @@ def method_label(run_dir: Path, summary: dict, root: Path | None = None) -> str:
     return label or str(summary.get("method", "unknown")).lower()
 
 
+def read_summary(path: Path) -> dict:
+    """A run's parsed ``summary.json``.
+
+    Raises:
+        ValueError: One line naming the file when it is unreadable or not a JSON object (a report
+            over a folder with one broken run says which one, rather than failing somewhere inside).
+    """
+    try:
+        summary = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable summary ({err}); rerun or remove that run folder") from None
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: not a summary (a JSON object expected); rerun or remove that run folder")
+    return summary
+
+
 def _number(value: object) -> float | None:
     return None if value is None else float(value)
 
@@ -81,7 +97,7 @@ def collect_runs(root: Path) -> pl.DataFrame:
     rows = []
     for summary_path in sorted(root.rglob("summary.json")):
         run_dir = summary_path.parent
-        summary = json.loads(summary_path.read_text())
+        summary = read_summary(summary_path)
         rows.append(
             {
                 "run": run_dir.name,

@@ -103,6 +103,17 @@ def test_report_command_writes_table_and_plots(tmp_path: Path, capsys: pytest.Ca
         main(["report", str(tmp_path / "nothing-here")])
 
 
+def fake_complete_run(run_dir: Path, rounds: int = 0) -> None:
+    """The files of a finished run of ``rounds`` rounds (0: no per-round table), fingerprint-free."""
+    import torch
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "summary.json").write_text(json.dumps({"rounds": rounds, "config_fingerprint": None}))
+    torch.save(
+        {"federation": {"round": rounds}, "callbacks": [], "fingerprint": None}, run_dir / "checkpoint.pt"
+    )
+
+
 def test_plan_marks_referral_runs_and_their_baselines(tmp_path: Path) -> None:
     a, b = tmp_path / "local_x.yaml", tmp_path / "edgedrm_x.yaml"
     a.write_text("seed: 0\n")
@@ -113,8 +124,7 @@ def test_plan_marks_referral_runs_and_their_baselines(tmp_path: Path) -> None:
     assert by_name["edgedrm_x-seed2"].refer_baselines == (tmp_path / "out" / "local_x-seed2",)
     # A fitted referral run is not done until its referral table exists.
     run = by_name["edgedrm_x-seed1"]
-    run.run_dir.mkdir(parents=True)
-    (run.run_dir / "summary.json").write_text("{}")
+    fake_complete_run(run.run_dir)
     assert run.fitted and not run.done
     (run.run_dir / "referral.csv").write_text("router\n")
     assert run.done

@@ -1,0 +1,80 @@
+"""The resolved config's fingerprint: what ties a checkpoint and a summary to the config that made them.
+
+The fingerprinted config is the resolved ``fit`` config (every key, defaults included, as saved in
+``config.yaml``) flattened to dotted keys, less the keys that cannot change the numbers of a run
+(:data:`SAFE_TO_CHANGE`). Its fingerprint is the SHA-256 of its canonical JSON. A checkpoint stores
+both (the flat dict lets a refusal name the keys that differ); ``fit --resume`` and ``test`` compare
+the folder's config (plus any overrides) against the checkpoint's and refuse a difference outside
+:data:`SAFE_TO_CHANGE`.
+
+Why these keys are safe: ``trainer.rounds`` only moves the stopping point (a resume may extend a
+run; the rounds already run are the same, since every draw derives from (seed, purpose, round));
+``logger.*`` and ``output.*`` decide where and how results are shown and saved, not what they are;
+``fabric.devices`` / ``num_nodes`` / ``strategy`` shard the centers across processes, which gives
+the one-process result (:mod:`lightning_fed.distributed`). The accelerator and the precision change
+the arithmetic and are fingerprinted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SAFE_TO_CHANGE", "changed_keys", "config_fingerprint", "fingerprinted"]
+
+#: Dotted keys (a trailing ``.*`` covers a whole group) that may differ between the config of a
+#: checkpoint and the config that resumes or re-tests it.
+SAFE_TO_CHANGE = (
+    "trainer.rounds",
+    "logger.*",
+    "output.*",
+    "fabric.devices",
+    "fabric.num_nodes",
+    "fabric.strategy",
+)
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, Mapping) and value:
+        for key, item in value.items():
+            _flatten(item, f"{prefix}.{key}" if prefix else str(key), out)
+    else:
+        # One canonical JSON form per value (Paths and other objects as their strings).
+        out[prefix] = json.loads(json.dumps(value, default=str))
+
+
+def _safe(key: str) -> bool:
+    return any(key == s or (s.endswith(".*") and key.startswith(s[:-1])) for s in SAFE_TO_CHANGE)
+
+
+def fingerprinted(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config flattened to dotted keys, without the :data:`SAFE_TO_CHANGE` keys.
+
+    Args:
+        config: The resolved config as a nested mapping (``cfg.as_dict()``); a ``config`` entry (the
+            list of files it was read from) is ignored.
+    """
+    flat: dict[str, Any] = {}
+    _flatten({k: v for k, v in config.items() if k != "config"}, "", flat)
+    return {k: v for k, v in sorted(flat.items()) if not _safe(k)}
+
+
+def config_fingerprint(config: Mapping[str, Any]) -> str:
+    """SHA-256 (hex, first 16 digits) of :func:`fingerprinted` ``config`` as canonical JSON."""
+    text = json.dumps(fingerprinted(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def changed_keys(saved: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+    """The fingerprinted keys whose values differ between ``saved`` (a :func:`fingerprinted` dict, as
+    stored in a checkpoint) and ``config`` (a nested resolved config), in dotted form, sorted.
+
+    A key present on one side only counts as changed.
+    """
+    now = fingerprinted(config)
+    return sorted(k for k in set(saved) | set(now) if saved.get(k, _MISSING) != now.get(k, _MISSING))
+
+
+_MISSING = object()
