@@ -16,7 +16,7 @@ wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the byt
 (1 or 3) bounds the active set; ``momentum`` is the EMA weight beta on each center's aggregated
 update (``m_i <- beta m_i + (1 - beta) Delta_i``, ``theta_i <- theta_i + m_i``, applied to centers
 that exchanged). When a goal filter is configured, every center publishes its metadata
-descriptor once (round 0) to the directory, booked on the ledger.
+descriptor to the directory once, in round 0 (see below for a center that is unavailable then).
 
 Faults (:mod:`lightning_fed.comm.faults`): a center that is not :meth:`Wire.available
 <lightning_fed.comm.wire.Wire.available>` in a round is no candidate of anyone that round: it
@@ -24,9 +24,18 @@ neither proposes nor accepts, sends and receives nothing, keeps its parameters a
 observation (it counts as resting in the rest statistics). Every received payload is validated by
 its receiver (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`, reference: the receiver's
 own shared parameters); a rejected one is left out of the receiver's average (it averages itself and
-its accepted partners only) and out of its Shapley credit, and its bytes stay on the ledger. A
-descriptor that does not arrive at publication (sender unavailable in round 0, or rejected) leaves
-that center out of every candidate set for the run.
+its accepted partners only) and out of its Shapley credit, and its bytes stay on the ledger.
+
+Late publication: a center whose descriptor has not arrived (it was unavailable in round 0, or its
+descriptor was rejected) is nobody's candidate and has none; it (re)sends its descriptor at the start
+of the first round in which it is available, and when at least one new descriptor arrives the
+candidate sets are recomputed from every descriptor received so far (with ``keep_fraction`` the
+threshold is recalibrated over the published pairs, so earlier centers' sets may change too). The
+center can be partnered from that round on. On the ledger, a descriptor's bytes are booked in the
+round it is sent (a rejected attempt's bytes stay booked as well); with ``privacy``, a re-sent
+descriptor carries the same noise (drawn from the seed and the center id), so it costs no extra
+privacy budget. Who has published and what arrived are part of :meth:`ABPS.state_dict`, so a resumed
+run publishes exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -89,8 +98,15 @@ class ABPS(Algorithm):
         super().setup(data, module, seed)
         self.seed = seed
         self.metadata = data.metadata()
-        self.published = self.selector.filter is None
         self.selector.setup(self.metadata, seed)
+        filtering = self.selector.filter is not None
+        dim = self.selector.filter.metadata_dim if filtering else 0
+        #: The directory: descriptors received so far (zeros where none has arrived).
+        self.descriptors = torch.zeros(self.num_centers, dim, dtype=torch.float64)
+        #: Whose descriptor has arrived (everyone's without a goal filter: nothing is published).
+        self.arrived = torch.full((self.num_centers,), not filtering, dtype=torch.bool)
+        if filtering:  # (setup validated the descriptors) nobody's has reached the directory yet
+            self.selector.candidates = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
         self.update_momentum = UpdateMomentum(self.momentum)
         self.last_partners: list[list[int]] = [[] for _ in range(self.num_centers)]
         self.rested_center_rounds = 0
@@ -98,27 +114,33 @@ class ABPS(Algorithm):
         self.partner_total = 0
         self.rounds_seen = 0
 
+    @property
+    def published(self) -> bool:
+        """Whether every center's descriptor has arrived (always True without a goal filter)."""
+        return bool(self.arrived.all())
+
     def _publish_metadata(self, wire: Wire, round_idx: int) -> None:
-        """Every center sends its descriptor once; candidates come from what arrived."""
+        """Available centers whose descriptor has not arrived send it; candidates from all arrived.
+
+        Nothing is sent (and nothing booked) when no such center is available. The candidate sets are
+        recomputed only when a new descriptor arrives.
+        """
         dim = self.selector.filter.metadata_dim
-        centers = torch.arange(self.num_centers)[wire.available(round_idx, self.num_centers)]
+        pending = ~self.arrived & wire.available(round_idx, self.num_centers)
+        centers = torch.nonzero(pending).reshape(-1)
+        if not len(centers):
+            return
         own = self.metadata[:, :dim]
         if self.privacy is not None:  # each center noises its own descriptor before it leaves
             own = noisy_descriptors(own, self.n_train, self.privacy, self.seed)
         sent = {"v": own[centers].to(torch.float32)}
         received = wire.send(sent, centers, torch.full_like(centers, SERVER), round_idx)
-        arrived = centers[wire.accept(received, None, round_idx)]
-        if len(arrived) == self.num_centers:
-            self.selector.setup(received["v"].to(torch.float64), self.seed)
-        else:
-            meta = torch.zeros(self.num_centers, dim, dtype=torch.float64)
-            meta[arrived] = received["v"][torch.isin(centers, arrived)].to(torch.float64)
-            self.selector.setup(meta, self.seed)
-            candidates = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
-            if len(arrived) > 1:
-                candidates[arrived.unsqueeze(1), arrived] = self.selector.filter.candidates(meta[arrived])
-            self.selector.candidates = candidates
-        self.published = True
+        ok = wire.accept(received, None, round_idx)
+        if not bool(ok.any()):
+            return
+        self.descriptors[centers[ok]] = received["v"][ok].to(torch.float64)
+        self.arrived[centers[ok]] = True
+        self.selector.candidates = self.selector.filter.candidates(self.descriptors, published=self.arrived)
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
@@ -215,6 +237,8 @@ class ABPS(Algorithm):
             "selector": self.selector.state_dict(),
             "buffers": self.update_momentum.state_dict(),
             "published": self.published,
+            "descriptors": self.descriptors.clone(),
+            "descriptors_arrived": self.arrived.clone(),
             "counters": (
                 self.rested_center_rounds,
                 self.bytes_saved_by_rest,
@@ -227,7 +251,11 @@ class ABPS(Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
         self.update_momentum.load_state_dict(state["buffers"])
-        self.published = state["published"]
+        if "descriptors_arrived" in state:
+            self.descriptors = state["descriptors"].clone()
+            self.arrived = state["descriptors_arrived"].clone()
+        elif state["published"]:  # a checkpoint from before late publication: publication is over
+            self.arrived = torch.ones_like(self.arrived)
         self.rested_center_rounds, self.bytes_saved_by_rest, self.partner_total, self.rounds_seen = state[
             "counters"
         ]

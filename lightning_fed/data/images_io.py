@@ -6,8 +6,9 @@ first) as ``uint8`` images ``[N, C, H, W]`` and integer labels ``[N]``:
 * :func:`read_idx` parses one IDX file (LeCun's MNIST format, optionally gzip-compressed): a 4-byte
   magic ``0x00 0x00 <dtype code> <ndim>``, ``ndim`` big-endian uint32 sizes, then the values in C order.
 * :func:`read_fashion_mnist` reads the four gz IDX files of the Debian package ``dataset-fashion-mnist``.
-* :func:`read_cifar` reads torchvision's CIFAR-10 / CIFAR-100 python pickle batches; variant 20
-  uses CIFAR-100's 20 coarse (superclass) labels.
+* :func:`read_cifar` reads torchvision's CIFAR-10 / CIFAR-100 python pickle batches (with a
+  restricted unpickler: numpy arrays and builtin containers only); variant 20 uses CIFAR-100's
+  20 coarse (superclass) labels.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import gzip
 import pickle
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -100,9 +102,59 @@ def read_fashion_mnist(root: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(images), np.concatenate(labels)
 
 
+#: The only globals a CIFAR batch may name: what numpy needs to rebuild arrays, dtypes and scalars
+#: (``numpy.core`` is numpy 1's name, ``numpy._core`` numpy 2's; ``_frombuffer`` is protocol 5's
+#: path), ``_codecs.encode`` (how a protocol-2 pickle written by Python 3 spells ``bytes``) and
+#: builtin container and scalar types. Anything else (``os.system``, ``builtins.eval``, ...) is refused.
+_NUMPY_GLOBALS = (
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.numeric", "_frombuffer"),
+    ("numpy._core.numeric", "_frombuffer"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+)
+_BUILTIN_TYPES = ("dict", "list", "tuple", "set", "frozenset", "bytes", "bytearray", "str", "int", "float")
+_CIFAR_GLOBALS = frozenset(
+    {
+        *_NUMPY_GLOBALS,
+        ("_codecs", "encode"),
+        *((module, name) for module in ("builtins", "__builtin__") for name in _BUILTIN_TYPES),
+    }
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that rebuilds numpy arrays and builtin containers only (see :data:`_CIFAR_GLOBALS`)."""
+
+    def __init__(self, fh: BinaryIO, path: Path) -> None:
+        super().__init__(fh, encoding="bytes")
+        self.path = path
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _CIFAR_GLOBALS:
+            raise ValueError(
+                f"read_cifar refuses to load {module}.{name} from {self.path}: not a CIFAR batch"
+            )
+        return super().find_class(module, name)
+
+
 def _unpickle(path: Path) -> dict[str, object]:
+    """One CIFAR batch: a pickled dict of numpy arrays and lists, read without running any other code.
+
+    Raises:
+        ValueError: If the pickle names any global besides numpy's array machinery and builtin
+            containers, is not a dict, or is truncated or corrupt.
+    """
     with open(path, "rb") as fh:
-        batch = pickle.load(fh, encoding="bytes")
+        try:
+            batch = _CifarUnpickler(fh, path).load()
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError, TypeError) as err:
+            raise ValueError(f"{path}: not a readable CIFAR batch ({type(err).__name__}: {err})") from err
+    if not isinstance(batch, dict):
+        raise ValueError(f"{path}: not a CIFAR batch (a pickled {type(batch).__name__}, expected a dict)")
     return {(k.decode() if isinstance(k, bytes) else k): v for k, v in batch.items()}
 
 
@@ -118,7 +170,9 @@ def read_cifar(root: str | Path, variant: int = 10) -> tuple[np.ndarray, np.ndar
         ``uint8 [N, 3, 32, 32]`` images and ``int64 [N]`` labels.
 
     Raises:
-        ValueError: Naming ``data.root`` when the batches are absent (nothing is downloaded).
+        ValueError: Naming ``data.root`` when the batches are absent (nothing is downloaded), or naming
+            the file when a batch is not a plain pickle of arrays and lists (the batches are read by a
+            restricted unpickler that refuses every other global, so a crafted file runs no code).
     """
     if variant not in (10, 20, 100):
         raise ValueError(f"data.variant must be 10, 20 or 100, got {variant!r}")

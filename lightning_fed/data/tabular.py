@@ -6,14 +6,18 @@ treatment as the clinical loaders (:func:`~lightning_fed.data.center.build_feder
 split, median imputation and missingness indicators, standardization on each center's own train
 split).
 
+* Missing values: in a CSV every cell spelled like one of ``null_values`` (default ``""``, ``"NA"``,
+  ``"NaN"``, ``"nan"``, ``"?"``) is missing, in every column; a parquet file's own nulls are missing.
 * Features: ``features`` (default every column but the label, center and time columns), in the
-  file's order. Columns in ``categorical`` are one-hot encoded (blank = ``unknown``, levels with
-  fewer than ``rare_count`` rows -> ``other``); every other feature must be numeric (blank = NaN,
+  file's order. Columns in ``categorical`` are one-hot encoded (missing = ``unknown``, levels with
+  fewer than ``rare_count`` rows -> ``other``); every other feature must be numeric (missing = NaN,
   imputed per center). A numeric column whose values are all 0/1 is left as it is; any other is
   standardized per center.
 * Label: 0/1 (or true/false); rows with a missing label are dropped.
-* Centers: the ``center`` column, or several joined with a space. With ``time`` (numeric, e.g. a
-  year) and ``window``, each center is further cut into windows ``[s, s + window - 1]`` with
+* Centers: the ``center`` column, or several joined with a space. Rows with a missing center id (in
+  any of the center columns) are dropped with a warning that gives their count: they belong to no
+  center (a center really named ``unknown`` is a center like any other). With ``time`` (numeric,
+  e.g. a year) and ``window``, each center is further cut into windows ``[s, s + window - 1]`` with
   ``s = floor(time / window) * window`` (``"A 2014-2015"``).
 * Year: the ``time`` column feeds the descriptor's mean-year entry (0 without a time column).
 * Charlson prevalences: the features named like :data:`~lightning_fed.data.charlson.CHARLSON_COLUMNS`.
@@ -39,6 +43,12 @@ __all__ = ["Tabular"]
 _log = logging.getLogger(__name__)
 _SUFFIXES = (".csv", ".csv.gz", ".parquet", ".pq")
 
+#: CSV cells read as missing by default (``null_values``).
+DEFAULT_NULL_VALUES: tuple[str, ...] = ("", "NA", "NaN", "nan", "?")
+
+#: Spelled-out missing markers (lower case) that :func:`_looks_missing` recognises besides punctuation.
+_MISSING_WORDS = frozenset({"na", "n/a", "nan", "null", "none", "missing", "#n/a", "-nan"})
+
 
 def _names(value: str | Sequence[str] | None, field: str, allow_empty: bool = True) -> tuple[str, ...]:
     if value is None:
@@ -48,6 +58,38 @@ def _names(value: str | Sequence[str] | None, field: str, allow_empty: bool = Tr
     if not all(isinstance(v, str) for v in value) or (not allow_empty and not value):
         raise ValueError(f"{field} must be a column name or a list of column names, got {value!r}")
     return tuple(value)
+
+
+def _null_values(value: Sequence[str]) -> tuple[str, ...]:
+    listed = isinstance(value, Sequence) and not isinstance(value, str)
+    if not listed or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"data.init_args.null_values must be a list of strings (CSV cells read as missing), got {value!r}"
+        )
+    return tuple(value)
+
+
+def _looks_missing(value: str) -> bool:
+    """Whether a non-numeric cell looks like a missing-value marker (``?``, ``-``, ``.``, ``N/A``, ...)."""
+    text = value.strip()
+    return (len(text) <= 3 and not any(ch.isalnum() for ch in text)) or text.lower() in _MISSING_WORDS
+
+
+def _not_numeric(column: pl.Series) -> str:
+    """The error for a feature that does not cast to float, suggesting ``null_values`` when the
+    offending cells all look like missing-value markers."""
+    message = f"Tabular: feature {column.name!r} is not numeric (dtype {column.dtype})"
+    try:
+        text = column.drop_nulls().cast(pl.Utf8)
+        bad = sorted(text.filter(text.cast(pl.Float64, strict=False).is_null()).unique().to_list())
+    except pl.exceptions.PolarsError:
+        bad = []
+    if bad and all(_looks_missing(v) for v in bad):
+        return (
+            f"{message}: its non-numeric values {bad[:5]} look like missing-value markers: add them to "
+            "null_values (data.init_args.null_values), or list it in categorical"
+        )
+    return f"{message}: list it in categorical" + (f" (values such as {bad[:3]})" if bad else "")
 
 
 class Tabular(TableSource):
@@ -65,6 +107,9 @@ class Tabular(TableSource):
         rare_count: Categorical levels with fewer rows go to ``other`` (>= 1).
         partitioner: How rows become centers; ``None`` = :class:`Natural` (one per site).
         seed: If given, fixes the splits regardless of the run seed passed to :meth:`build`.
+        null_values: CSV cells read as missing, in every column (exact match, case-sensitive); default
+            ``["", "NA", "NaN", "nan", "?"]``. Add the file's own markers (e.g. ``"-"``, ``"."``,
+            ``"NULL"``); a list replaces the default. Parquet files keep their own nulls.
 
     Raises:
         ValueError: On an argument out of range (at :meth:`table` / :meth:`build` also on a column
@@ -85,6 +130,7 @@ class Tabular(TableSource):
         rare_count: int = 1,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
+        null_values: Sequence[str] = DEFAULT_NULL_VALUES,
     ) -> None:
         if not isinstance(path, (str, Path)) or not str(path).lower().endswith(_SUFFIXES):
             raise ValueError(f"path must be a {'/'.join(_SUFFIXES)} file, got {path!r}")
@@ -104,6 +150,7 @@ class Tabular(TableSource):
         if self.window is not None and self.time is None:
             raise ValueError("window needs a time column: set time=<column> or window=None")
         self.rare_count = check_int("rare_count", rare_count, 1)
+        self.null_values = _null_values(null_values)
         self._set_common(partitioner, seed, min_center_size)
 
     def __repr__(self) -> str:
@@ -112,7 +159,7 @@ class Tabular(TableSource):
             f"features={None if self.features is None else list(self.features)!r}, "
             f"categorical={list(self.categorical)!r}, time={self.time!r}, window={self.window}, "
             f"min_center_size={self.min_center_size}, rare_count={self.rare_count}, "
-            f"partitioner={self.partitioner!r}, seed={self.seed})"
+            f"partitioner={self.partitioner!r}, seed={self.seed}, null_values={list(self.null_values)!r})"
         )
 
     def _read(self) -> pl.DataFrame:
@@ -125,11 +172,33 @@ class Tabular(TableSource):
             if path.name.lower().endswith((".parquet", ".pq")):
                 frame = pl.read_parquet(path)
             else:
-                frame = pl.read_csv(path, infer_schema_length=10000, null_values=["", "NA", "NaN", "nan"])
+                frame = pl.read_csv(path, infer_schema_length=10000, null_values=list(self.null_values))
         except pl.exceptions.NoDataError as err:
             raise ValueError(f"Tabular: {self.path!r} is empty (no header, no rows)") from err
         except (pl.exceptions.PolarsError, OSError) as err:
             raise ValueError(f"Tabular: cannot read {self.path!r}: {str(err).splitlines()[0]}") from err
+        return frame
+
+    def _drop_missing_centers(self, frame: pl.DataFrame) -> pl.DataFrame:
+        """Drop (with a warning) the rows whose center id is missing in any center column."""
+        missing = pl.any_horizontal(
+            [
+                pl.col(c).is_null() | pl.col(c).is_nan() if frame[c].dtype.is_float() else pl.col(c).is_null()
+                for c in self.center
+            ]
+        )
+        n_rows = frame.height
+        frame = frame.filter(~missing)
+        if frame.height < n_rows:
+            _log.warning(
+                "Tabular: dropped %d rows without a center id %s (a missing value, see null_values)",
+                n_rows - frame.height,
+                list(self.center),
+            )
+        if frame.height == 0:
+            raise ValueError(
+                f"Tabular: {self.path!r} has no labelled rows with a center id in {list(self.center)}"
+            )
         return frame
 
     def table(self, seed: int = 0) -> PooledTable:
@@ -138,8 +207,8 @@ class Tabular(TableSource):
         Raises:
             FileNotFoundError: If the file is missing.
             ValueError: If the file is empty or unreadable, a named column is missing, there is no
-                feature column or no labelled row, a feature is not numeric or holds infinities, or
-                the label is not binary.
+                feature column or no labelled row with a center id, a feature is not numeric or holds
+                infinities, or the label is not binary.
         """
         frame = self._read()
         meta = (self.label, *self.center, *((self.time,) if self.time else ()))
@@ -182,6 +251,7 @@ class Tabular(TableSource):
             raise ValueError(
                 f"Tabular: {self.path!r} has no rows with a label {self.label!r} ({n_all} rows read)"
             )
+        frame = self._drop_missing_centers(frame)
         y = frame[self.label]
         if y.dtype == pl.Boolean:
             y = y.cast(pl.Int64)
@@ -201,9 +271,7 @@ class Tabular(TableSource):
             try:
                 frame = frame.with_columns(pl.col(c).cast(pl.Float64, strict=True))
             except pl.exceptions.PolarsError as err:
-                raise ValueError(
-                    f"Tabular: feature {c!r} is not numeric (dtype {frame[c].dtype}): list it in categorical"
-                ) from err
+                raise ValueError(_not_numeric(frame[c])) from err
             infinite = int(frame[c].is_infinite().sum())
             if infinite:
                 raise ValueError(
@@ -224,9 +292,7 @@ class Tabular(TableSource):
         else:
             frame = frame.with_columns(pl.lit(0.0).alias("_year"))
 
-        site = pl.concat_str(
-            [pl.col(c).cast(pl.Utf8).fill_null("unknown") for c in self.center], separator=" "
-        )
+        site = pl.concat_str([pl.col(c).cast(pl.Utf8) for c in self.center], separator=" ")
         if self.window is not None:
             start = (pl.col("_year") / self.window).floor().cast(pl.Int64) * self.window
             site = pl.format("{} {}-{}", site, start, start + (self.window - 1))

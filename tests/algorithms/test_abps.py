@@ -206,3 +206,99 @@ def test_dp_descriptors_are_noised_before_they_leave_and_seeded() -> None:
     assert not torch.allclose(noisy[:, 0].double(), exact[:, 0])
     assert torch.allclose(noisy[:, 1].double(), exact[:, 1], atol=1e-6)
     assert torch.equal(published()[0], noisy)
+
+
+def _goal_preset_run(tmp_path, preset: str, unavailable: list[int], rounds: int = 3) -> dict:
+    """A goal preset on 30 synthetic centers with ``unavailable`` down in round 0; per-round isolation."""
+    import json
+    from pathlib import Path
+
+    import polars as pl
+
+    from lightning_fed.cli import main
+
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(f"faults:\n  unavailable: {{0: {unavailable}}}\n")
+    config = Path(__file__).resolve().parents[2] / "configs" / f"abps_goal_{preset}.yaml"
+    main(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--config",
+            str(faults),
+            "--data.init_args.num_centers=30",
+            "--data.init_args.num_stays=3000",
+            "--model.init_args.hidden=[16, 8]",
+            f"--trainer.rounds={rounds}",
+            "--logger.enabled=false",
+            "--output.progress_bar=false",
+            f"--output.root={tmp_path}",
+            "--output.name=run",
+        ]
+    )
+    rounds_table = pl.read_parquet(tmp_path / "run" / "rounds.parquet")
+    per_round = rounds_table.group_by("round").agg(pl.col("isolation_rate", "bytes").first()).sort("round")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    return {"summary": summary, "isolation": per_round["isolation_rate"].to_list()}
+
+
+@pytest.mark.parametrize(
+    ("preset", "down"),
+    [("homogeneity", list(range(30))), ("alignment", list(range(1, 30)))],
+    ids=["all-30-down", "29-of-30-down"],
+)
+def test_goal_preset_centers_down_at_publication_publish_later(
+    tmp_path, preset: str, down: list[int]
+) -> None:
+    """Goal filter, centers unavailable in round 0 (all 30, or 29): the run completes (no IndexError),
+    the late descriptors are published in round 1 and centers find partners from then on."""
+    run = _goal_preset_run(tmp_path, preset, down)
+    assert run["summary"]["rounds"] == 3
+    assert run["isolation"][0] == 1.0
+    assert all(iso < 1.0 for iso in run["isolation"][1:]), run["isolation"]
+    assert run["summary"]["mean_partners"] > 0
+
+
+def test_resume_with_a_pending_publication_continues_identically() -> None:
+    """Goal filter, 10 of 12 centers down in round 0 and 2 of them again in round 1: a run resumed from
+    its state after round 0 (10 descriptors pending) and after round 1 (2 pending) ends exactly as an
+    uninterrupted one: parameters, ledger, candidates, posteriors and partners."""
+    from lightning.fabric import Fabric
+
+    from lightning_fed.comm import FaultInjection
+    from lightning_fed.federation import Federation
+    from lightning_fed.types import TrainerConfig
+
+    data = make_federation([30 + 4 * i for i in range(12)])
+
+    def fed(rounds: int) -> Federation:
+        goal = GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3)
+        return Federation(
+            data,
+            MortalityMLP(hidden=(8, 4)),
+            ABPS(selector=BayesianSelector(kappa=1, filter=goal)),
+            TrainerConfig(rounds=rounds, batch_size=16),
+            Fabric(accelerator="cpu", devices=1),
+            wire=Wire(faults=FaultInjection(unavailable={0: list(range(1, 11)), 1: [4, 7]})),
+        )
+
+    full = fed(4)
+    full.fit()
+    assert full.algorithm.state_dict()["descriptors_arrived"].all()
+    for stop, pending in ((1, 10), (2, 2)):
+        first = fed(stop)
+        first.fit()
+        assert int((~first.algorithm.state_dict()["descriptors_arrived"]).sum()) == pending
+        resumed = fed(4)
+        resumed.load_state_dict(first.state_dict())
+        resumed.fit()
+        a, b = full.engine.get_params(), resumed.engine.get_params()
+        assert all(torch.equal(a[n], b[n]) for n in a)
+        assert full.wire.ledger.total() == resumed.wire.ledger.total()
+        assert torch.equal(full.algorithm.selector.candidates, resumed.algorithm.selector.candidates)
+        assert torch.equal(
+            full.algorithm.selector.posterior.alpha, resumed.algorithm.selector.posterior.alpha
+        )
+        assert full.algorithm.last_partners == resumed.algorithm.last_partners
+    assert full.algorithm.summary_stats()["isolation_rate"] < 1.0

@@ -122,9 +122,10 @@ def test_abps_unavailable_center_is_never_partnered() -> None:
     assert count[1].sum() == 0 and count[:, 1].sum() == 0 and count[0, 2] == 3
 
 
-def test_abps_descriptor_that_never_arrived_leaves_the_center_out() -> None:
+def test_abps_descriptor_that_did_not_arrive_is_published_when_the_center_is_back() -> None:
     """Goal filter keeping all pairs, center 1 unavailable at publication (round 0): three
-    descriptors of 3 float32 are booked, and center 1 is nobody's candidate for the run."""
+    descriptors of 3 float32 are booked in round 0 and center 1 is nobody's candidate that round; in
+    round 1 it publishes (its descriptor is booked in round 1) and every pair is a candidate."""
     from lightning_fed.selection.abps import BayesianSelector, GoalFilter
 
     algo = ABPS(selector=BayesianSelector(filter=GoalFilter(keep_fraction=1.0, metadata_dim=3)))
@@ -132,9 +133,14 @@ def test_abps_descriptor_that_never_arrived_leaves_the_center_out() -> None:
     algo.selector.select = lambda round_idx, available=None: [[], [], [], []]
     wire = Wire(faults=FaultInjection(unavailable={0: [1]}))
     algo.aggregate(_ctx(0), params, wire)
-    assert wire.ledger.total() == 3 * 3 * 4
+    assert wire.ledger.round_total(0) == 3 * 3 * 4
     cand = algo.selector.candidates
     assert cand[1].sum() == 0 and cand[:, 1].sum() == 0 and cand.sum() == 6
+    algo.aggregate(_ctx(1), params, wire)
+    assert wire.ledger.round_total(1) == 3 * 4 and wire.ledger.per_center(4, 1).tolist() == [0, 12, 0, 0]
+    assert torch.equal(algo.selector.candidates, ~torch.eye(4, dtype=torch.bool))
+    algo.aggregate(_ctx(2), params, wire)
+    assert wire.ledger.round_total(2) == 0  # each descriptor crosses the wire once
 
 
 def _corrupt_record(x: torch.Tensor) -> torch.Tensor:

@@ -241,6 +241,65 @@ def test_cifar100_fine_and_coarse_labels(tmp_path: Path) -> None:
     assert read_cifar(tmp_path, 20)[1].tolist() == [19] * 8
 
 
+def _python2_batch(data: np.ndarray, labels: list[int]) -> bytes:
+    """A batch byte for byte as the real files are (cPickle protocol 2 from Python 2: ``str`` keys,
+    ``numpy.core.multiarray._reconstruct`` and the pixels as one binary string)."""
+
+    def text(b: bytes) -> bytes:  # a Python 2 str
+        return b"U" + bytes([len(b)]) + b if len(b) < 256 else b"T" + struct.pack("<I", len(b)) + b
+
+    n = struct.pack("<H", data.shape[0])
+    dtype = b"cnumpy\ndtype\n" + text(b"u1") + b"K\x00K\x01\x87R(K\x03" + text(b"|")
+    dtype += b"NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+    array = b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85" + text(b"b") + b"\x87R"
+    array += b"(K\x01M" + n + b"M\x00\x0c\x86" + dtype + b"\x89" + text(data.tobytes()) + b"tb"
+    listed = b"](" + b"".join(b"K" + bytes([v]) for v in labels) + b"e"
+    return b"\x80\x02}(" + text(b"data") + array + text(b"labels") + listed + b"u."
+
+
+def test_cifar_batches_pickled_like_the_real_files_load(tmp_path: Path) -> None:
+    """The real batches are Python 2 pickles read with ``encoding="bytes"``; a protocol-2 pickle written
+    by Python 3 spells bytes with ``_codecs.encode``: both pass the restricted unpickler."""
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    names = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
+    for b, name in enumerate(names):
+        data = np.full((3, 3072), b, dtype=np.uint8)
+        data[:, 1] = [7, 8, 9]
+        labels = [b, (b + 1) % 10, (b + 2) % 10]
+        if b % 2 == 0:
+            (folder / name).write_bytes(_python2_batch(data, labels))
+        else:
+            batch = {b"batch_label": b"batch", b"labels": labels, b"data": data, b"filenames": [b"a.png"] * 3}
+            (folder / name).write_bytes(pickle.dumps(batch, protocol=2))
+    images, labels = read_cifar(tmp_path, 10)
+    assert images.shape == (18, 3, 32, 32) and images.dtype == np.uint8
+    assert images[:, 0, 0, 0].tolist() == [b for b in range(6) for _ in range(3)]
+    assert images[:3, 0, 0, 1].tolist() == [7, 8, 9] and labels.tolist()[:6] == [0, 1, 2, 1, 2, 3]
+
+
+class _Exploit:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_cifar_batch_that_runs_code_is_refused_without_running(tmp_path: Path) -> None:
+    _write_cifar10(tmp_path)
+    marker = tmp_path / "pwned"
+    target = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    target.write_bytes(pickle.dumps({b"data": _Exploit(marker), b"labels": [0]}, protocol=2))
+    with pytest.raises(
+        ValueError, match=r"refuses to load (posix|nt|os)\.system from .*data_batch_3: not a CIFAR batch"
+    ):
+        read_cifar(tmp_path, 10)
+    assert not marker.exists()
+
+
 # ---------------------------------------------------------------- ISIC2019
 
 

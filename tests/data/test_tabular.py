@@ -102,3 +102,61 @@ def test_errors(csv, tmp_path):
     with pytest.raises(ValueError, match="single class"):
         pl.DataFrame({"h": ["A"] * 10, "x": np.arange(10.0), "y": [0] * 10}).write_csv(tmp_path / "one.csv")
         Tabular(str(tmp_path / "one.csv"), label="y", center="h", min_center_size=0).build(0)
+
+
+def _write(path, text: str):
+    path.write_text(text)
+    return str(path)
+
+
+def _rows(center: str, n: int, start: int = 0) -> list[str]:
+    return [f"{center},{20 + (start + i) % 50},{(start + i) % 2}" for i in range(n)]
+
+
+def test_null_center_ids_are_dropped_with_a_warning_not_merged(tmp_path, caplog):
+    """Center ids "", "NA", "NaN" and "?" are missing: those 4 rows are dropped (one warning naming the
+    count), never pooled into a center called "unknown"; a real center named "unknown" stays itself."""
+    import logging
+
+    rows = ["h,age,y", *_rows("A", 6), *_rows("unknown", 4), ",30,0", "NA,31,1", "NaN,32,0", "?,33,1"]
+    path = _write(tmp_path / "nulls.csv", "\n".join(rows) + "\n")
+    with caplog.at_level(logging.WARNING, logger="lightning_fed.data.tabular"):
+        table = Tabular(path, label="y", center="h", min_center_size=0).table()
+    assert sorted(set(table.site)) == ["A", "unknown"]
+    assert list(table.site).count("unknown") == 4 and len(table.site) == 10
+    assert "dropped 4 rows without a center id" in caplog.text
+
+
+def test_multi_column_center_with_a_null_part_is_dropped(tmp_path, caplog):
+    import logging
+
+    rows = ["h,unit,age,y", *[f"A,MICU,{20 + i},{i % 2}" for i in range(4)], "A,,40,1", "NA,SICU,41,0"]
+    path = _write(tmp_path / "multi.csv", "\n".join(rows) + "\n")
+    with caplog.at_level(logging.WARNING, logger="lightning_fed.data.tabular"):
+        table = Tabular(path, label="y", center=["h", "unit"], min_center_size=0).table()
+    assert sorted(set(table.site)) == ["A MICU"] and len(table.site) == 4
+    assert "dropped 2 rows without a center id" in caplog.text
+
+
+def test_null_values_option(tmp_path):
+    rows = ["h,age,y", *_rows("A", 4), "A,-,1", "A,?,0", "B,25,1", "B,.,0", "B,30,1", "B,31,0"]
+    path = _write(tmp_path / "markers.csv", "\n".join(rows) + "\n")
+    # "-" and "." are not default markers: the error names null_values as well as categorical
+    with pytest.raises(ValueError, match=r"'age' is not numeric.*\['-', '\.'\].*null_values.*categorical"):
+        Tabular(path, label="y", center="h", min_center_size=0).table()
+    table = Tabular(path, label="y", center="h", min_center_size=0, null_values=["-", ".", "?"]).table()
+    assert int(np.isnan(table.x[:, 0]).sum()) == 3
+    assert "null_values" in repr(Tabular(path, label="y", center="h"))
+    # a real text column is only told to go to categorical
+    rows = ["h,sex,y", "A,F,0", "A,M,1", "A,?,0"]
+    text = _write(tmp_path / "text.csv", "\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match="'sex' is not numeric") as err:
+        Tabular(text, label="y", center="h", min_center_size=0).table()
+    assert "null_values" not in str(err.value)
+
+
+@pytest.mark.parametrize("bad", ["?", [1, "?"], ("NA", None), 3])
+def test_null_values_must_be_a_list_of_strings(csv, bad):
+    with pytest.raises(ValueError, match=r"^data\.init_args\.null_values must be a list of strings") as err:
+        Tabular(str(csv), label="died", center="hospital", null_values=bad)
+    assert "\n" not in str(err.value)

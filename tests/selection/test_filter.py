@@ -83,3 +83,25 @@ def test_invalid_threshold_arguments() -> None:
         candidate_mask(META, "homogeneity", keep_fraction=0.0)
     with pytest.raises(ValueError, match=r"\[C, d\]"):
         goal_scores(torch.zeros(3), "homogeneity")
+
+
+@pytest.mark.parametrize("goal", sorted(GOALS))
+def test_unpublished_centers_are_nobodys_candidates_and_calibrate_nothing(goal: str) -> None:
+    """Only centers whose descriptor arrived take part: the threshold is calibrated over their pairs
+    (the mask equals the mask of the published subset), with fewer than two published nobody has a
+    candidate, and an all-True ``published`` is the same as none."""
+    meta = torch.rand(9, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    published = torch.tensor([True, False, True, True, False, True, True, False, True])
+    mask = candidate_mask(meta, goal, keep_fraction=0.25, published=published)
+    sub = candidate_mask(meta[published], goal, keep_fraction=0.25)
+    assert torch.equal(mask[published][:, published], sub)
+    assert not mask[~published].any() and not mask[:, ~published].any()
+    for few in (torch.zeros(9, dtype=torch.bool), torch.eye(9, dtype=torch.bool)[3]):
+        assert not candidate_mask(meta, goal, keep_fraction=0.25, published=few).any()
+    every = torch.ones(9, dtype=torch.bool)
+    assert torch.equal(
+        candidate_mask(meta, goal, keep_fraction=0.25, published=every),
+        candidate_mask(meta, goal, keep_fraction=0.25),
+    )
+    with pytest.raises(ValueError, match=r"published must be a bool \[9\]"):
+        candidate_mask(meta, goal, published=torch.ones(8, dtype=torch.bool))

@@ -10,6 +10,11 @@ the KPI marker) and scores every peer with its goal's admission rule
 Peer ``j`` enters the candidate set ``C_i`` iff ``f_i(v_i, v_j) >= tau_sim``. The three rules live on
 different scales, so ``tau_sim`` can instead be auto-calibrated per goal to keep a fixed fraction of
 the off-diagonal pairs (the paper keeps 25%). All three rules are symmetric, so ``C`` is too.
+
+Only descriptors that reached the directory count: :func:`candidate_mask` takes a ``published``
+mask, leaves a center whose descriptor has not arrived out of every candidate set (with none of its
+own) and calibrates ``tau_sim`` over the published pairs only, so the sets change (and are
+recomputed by the caller) when a late descriptor arrives.
 """
 
 from __future__ import annotations
@@ -97,7 +102,11 @@ def calibrate_threshold(scores: Tensor, keep_fraction: float) -> float:
 
 
 def candidate_mask(
-    meta: Tensor, goal: str, tau_sim: float | None = None, keep_fraction: float | None = None
+    meta: Tensor,
+    goal: str,
+    tau_sim: float | None = None,
+    keep_fraction: float | None = None,
+    published: Tensor | None = None,
 ) -> Tensor:
     """Candidate sets ``C_i = {j != i : f_i(v_i, v_j) >= tau_sim}`` as a boolean matrix.
 
@@ -108,16 +117,32 @@ def candidate_mask(
         keep_fraction: When given, ``tau_sim`` is calibrated per goal by :func:`calibrate_threshold`
             (``tau_sim`` must then be ``None``). With both ``None`` nothing is filtered: every
             ``j != i`` is a candidate.
+        published: Optional bool ``[C]``: whose descriptor has arrived. The others' rows of ``meta``
+            are ignored: they are in no candidate set and have none, and ``tau_sim`` is calibrated
+            over the published pairs only (the mask is the published subset's mask, embedded). With
+            fewer than two published nobody has a candidate. ``None`` = all published.
 
     Returns:
         bool ``[C, C]``, ``mask[i, j]`` iff ``j`` is in ``C_i``; the diagonal is ``False``.
 
     Raises:
-        ValueError: If both ``tau_sim`` and ``keep_fraction`` are given, or on an unknown goal.
+        ValueError: If both ``tau_sim`` and ``keep_fraction`` are given, on an unknown goal, or on a
+            ``published`` that is not a bool ``[C]``.
     """
     if tau_sim is not None and keep_fraction is not None:
         raise ValueError("give tau_sim or keep_fraction, not both")
     scores = goal_scores(meta, goal)
+    if published is not None:
+        c = scores.shape[0]
+        if not isinstance(published, Tensor) or published.dtype != torch.bool or published.shape != (c,):
+            got = f"{published.dtype} {list(published.shape)}" if isinstance(published, Tensor) else published
+            raise ValueError(f"published must be a bool [{c}] mask (one entry per center), got {got!r}")
+        if not bool(published.all()):
+            mask = torch.zeros(c, c, dtype=torch.bool, device=scores.device)
+            idx = torch.nonzero(published.to(scores.device)).reshape(-1)
+            if idx.numel() >= 2:
+                mask[idx.unsqueeze(1), idx] = candidate_mask(meta[idx], goal, tau_sim, keep_fraction)
+            return mask
     if keep_fraction is not None:
         tau_sim = calibrate_threshold(scores, keep_fraction)
     mask = torch.ones_like(scores, dtype=torch.bool) if tau_sim is None else scores >= tau_sim

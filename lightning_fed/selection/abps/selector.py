@@ -52,14 +52,22 @@ class GoalFilter:
         self.goal, self.tau_sim, self.keep_fraction = goal, tau_sim, keep_fraction
         self.metadata_dim = int(metadata_dim)
 
-    def candidates(self, metadata: Tensor) -> Tensor:
-        """``C_i`` for every center as a bool ``[C, C]`` matrix (False on the diagonal)."""
+    def candidates(self, metadata: Tensor, published: Tensor | None = None) -> Tensor:
+        """``C_i`` for every center as a bool ``[C, C]`` matrix (False on the diagonal).
+
+        Args:
+            metadata: Descriptors ``[C, d]`` with ``d >= metadata_dim``.
+            published: Optional bool ``[C]``, whose descriptor has arrived (see
+                :func:`~lightning_fed.selection.abps.filter.candidate_mask`); None = everyone's.
+        """
         if metadata.shape[1] < self.metadata_dim:
             raise ValueError(
                 f"filter.metadata_dim={self.metadata_dim} but the data's descriptors have "
                 f"{metadata.shape[1]} entries"
             )
-        return candidate_mask(metadata[:, : self.metadata_dim], self.goal, self.tau_sim, self.keep_fraction)
+        return candidate_mask(
+            metadata[:, : self.metadata_dim], self.goal, self.tau_sim, self.keep_fraction, published
+        )
 
 
 class BayesianSelector:
