@@ -7,9 +7,14 @@ where it acts:
   receives (algorithms ask :meth:`Wire.available <lightning_fed.comm.wire.Wire.available>`); it
   still trains locally on its own rows.
 - ``dropout``: center -> first round from which it is offline for good.
-- ``corrupt``: round -> {center: ``"nan"`` | ``"inf"`` | ``"huge"``}: every message that center
-  *sends* that round is replaced on the wire by all-NaN, all-+Inf, or every entry ``1e6`` (finite but
-  absurd). The bytes are counted as usual; the receivers' validation rejects the payload.
+- ``corrupt``: round -> {center: ``"nan"`` | ``"inf"`` | ``"huge"`` | ``{scale: X}``}: every message
+  that center *sends* that round is replaced on the wire by all-NaN, all-+Inf, every entry ``1e6``
+  (finite but absurd), or ``X`` times the honest message (``X > 0``: every floating-point tensor of
+  the message is multiplied by ``X``; integer and boolean tensors such as masks or codes are sent
+  as they are). The bytes are counted as usual; the receivers' validation
+  (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`) rejects a non-finite message and one
+  whose norm exceeds ``max_norm_ratio`` times its reference, so at the default ratio 5 a
+  ``{scale: 10}`` sender is rejected whenever its honest norm is at least half the reference.
 
 The plan is pure configuration: it draws nothing at random, so a faulty run is as reproducible as a
 clean one.
@@ -17,12 +22,13 @@ clean one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["CORRUPTIONS", "HUGE", "FaultInjection"]
+__all__ = ["CORRUPTIONS", "HUGE", "Corruption", "FaultInjection"]
 
 #: The payload corruptions a sender can be given.
 CORRUPTIONS = ("nan", "inf", "huge")
@@ -30,25 +36,32 @@ CORRUPTIONS = ("nan", "inf", "huge")
 #: Value of every entry of a ``"huge"`` payload.
 HUGE = 1e6
 
+#: One sender's corruption as stored: a kind of :data:`CORRUPTIONS`, or a float scale ``X``
+#: (the configured ``{scale: X}``).
+Corruption = str | float
+
+_KINDS = f"one of {list(CORRUPTIONS)} or {{scale: X}}"
+
 
 class FaultInjection:
     """Which centers fail, when, and how (the ``faults`` config group).
 
     Args:
         unavailable: Round -> centers unavailable that round, e.g. ``{3: [0, 5]}``.
-        corrupt: Round -> {center: ``"nan"`` | ``"inf"`` | ``"huge"``}: corruption of every payload
-            that center sends that round, e.g. ``{4: {2: "nan"}}``.
+        corrupt: Round -> {center: ``"nan"`` | ``"inf"`` | ``"huge"`` | ``{"scale": X}``}: corruption
+            of every payload that center sends that round, e.g. ``{4: {2: "nan"}}`` or
+            ``{4: {2: {"scale": 100}}}`` (send 100 times the honest message; ``X > 0``, finite).
         dropout: Center -> first round from which it is gone for good, e.g. ``{7: 10}``.
 
     Raises:
-        ValueError: On a negative round or center id, or an unknown corruption (the message names
-            the field).
+        ValueError: On a negative round or center id, an unknown corruption, or a scale that is not
+            a finite number > 0 (the message names the field, e.g. ``faults.corrupt[4][2].scale``).
     """
 
     def __init__(
         self,
         unavailable: dict[int, list[int]] | None = None,
-        corrupt: dict[int, dict[int, str]] | None = None,
+        corrupt: dict[int, dict[int, str | dict[str, float]]] | None = None,
         dropout: dict[int, int] | None = None,
     ) -> None:
         self.unavailable = {
@@ -57,14 +70,13 @@ class FaultInjection:
             )
             for r, cs in _map("faults.unavailable", unavailable).items()
         }
-        self.corrupt: dict[int, dict[int, str]] = {}
+        self.corrupt: dict[int, dict[int, Corruption]] = {}
         for r, senders in _map("faults.corrupt", corrupt).items():
             field = f"faults.corrupt[{r}]"
-            kinds = {}
-            for c, kind in _map(field, senders).items():
-                if kind not in CORRUPTIONS:
-                    raise ValueError(f"{field}[{c}] must be one of {list(CORRUPTIONS)}, got {kind!r}")
-                kinds[_index(field, "center", c)] = kind
+            kinds = {
+                _index(field, "center", c): _corruption(f"{field}[{c}]", kind)
+                for c, kind in _map(field, senders).items()
+            }
             self.corrupt[_index("faults.corrupt", "round", r)] = kinds
         self.dropout = {
             _index("faults.dropout", "center", c): _index(f"faults.dropout[{c}]", "round", r)
@@ -95,8 +107,8 @@ class FaultInjection:
                 out[c] = False
         return out
 
-    def corruptions(self, round_idx: int) -> dict[int, str]:
-        """{center: kind} of the senders corrupted in ``round_idx``."""
+    def corruptions(self, round_idx: int) -> dict[int, Corruption]:
+        """{center: kind or scale} of the senders corrupted in ``round_idx``."""
         return dict(self.corrupt.get(round_idx, {}))
 
     def corrupt_payload(self, payload: dict[str, Tensor], src: Tensor, round_idx: int) -> dict[str, Tensor]:
@@ -118,10 +130,35 @@ class FaultInjection:
                 t = t.expand(src.shape[0], *t.shape[1:])
             view = (-1, *([1] * (t.dim() - 1)))
             for mask, kind in hit:
-                value = {"nan": float("nan"), "inf": float("inf"), "huge": HUGE}[kind]
-                t = torch.where(mask.to(t.device).view(view), torch.full_like(t, value), t)
+                t = torch.where(mask.to(t.device).view(view), _corrupted(t, kind), t)
             out[name] = t
         return out
+
+
+def _corrupted(t: Tensor, kind: Corruption) -> Tensor:
+    """What a corrupt sender puts on the wire instead of ``t``: ``X * t`` for a scale ``X`` (floating
+    point tensors only), else ``t`` filled with NaN, +Inf or :data:`HUGE`."""
+    if isinstance(kind, float):
+        return t * kind if t.is_floating_point() else t
+    return torch.full_like(t, {"nan": float("nan"), "inf": float("inf"), "huge": HUGE}[kind])
+
+
+def _corruption(field: str, kind: object) -> Corruption:
+    """A validated corruption: a kind of :data:`CORRUPTIONS`, or the float ``X`` of ``{scale: X}``."""
+    if isinstance(kind, Mapping):
+        if set(kind) != {"scale"}:
+            raise ValueError(f"{field} must be {_KINDS}, got {dict(kind)!r}")
+        scale = kind["scale"]
+        if isinstance(scale, bool) or not isinstance(scale, int | float):
+            raise ValueError(f"{field}.scale must be a number, got {scale!r}")
+        if not math.isfinite(scale):
+            raise ValueError(f"{field}.scale must be finite, got {scale!r}")
+        if not scale > 0:
+            raise ValueError(f"{field}.scale must be > 0, got {scale!r}")
+        return float(scale)
+    if kind not in CORRUPTIONS:
+        raise ValueError(f"{field} must be {_KINDS}, got {kind!r}")
+    return str(kind)
 
 
 def _map(field: str, value: Mapping | None) -> dict:
