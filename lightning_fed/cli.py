@@ -33,8 +33,8 @@ commands:
   fit     train a federation: lightning-fed fit --config configs/quickstart.yaml [--trainer.rounds=5 ...]
           continue an interrupted run: lightning-fed fit --resume runs/<run>
   test    re-evaluate a run:  lightning-fed test --run-dir runs/<run>
-  refer   referral (EdgeDRM): lightning-fed refer --run-dir runs/<edgedrm run> [--baselines runs/<local run>]
-  data    describe a federation: lightning-fed data describe --data CLASS_PATH [--save FILE.parquet]
+  refer   referral (EdgeDRM): lightning-fed refer --run-dir runs/<edgedrm run> [--baselines RUN [RUN ...]]
+  data    describe a federation: lightning-fed data describe [--config FILE] [--save FILE.parquet]
   sweep   configs x seeds:     lightning-fed sweep --config configs/sweeps/table1.yaml
   report  tables and plots:    lightning-fed report runs/table1 [--out DIR]
 
@@ -49,6 +49,7 @@ def fit_parser() -> Any:
     from lightning_fed.algorithms import Algorithm, FedAvg
     from lightning_fed.callbacks import Callback
     from lightning_fed.comm import CommHook, FaultInjection, IdentityHook
+    from lightning_fed.comm.wire import MAX_NORM_RATIO
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
     from lightning_fed.models import CenterModule, MortalityMLP
@@ -75,8 +76,15 @@ def fit_parser() -> Any:
         "--faults",
         type=FaultInjection | None,
         default=None,
-        help="fault injection: {unavailable: {round: [centers]}, corrupt: {round: {center: nan|inf|huge}}, "
-        "dropout: {center: round}}",
+        help="fault injection: {unavailable: {round: [centers]}, corrupt: {round: {center: "
+        "nan|inf|huge|{scale: X}}}, dropout: {center: round}}",
+    )
+    parser.add_argument(
+        "--wire.max_norm_ratio",
+        type=float,
+        default=MAX_NORM_RATIO,
+        help="reject a received message whose norm exceeds this times its reference (the receiver's own "
+        "norm; the server: the median upload norm); honest ratios of the shipped configs stay within 0.6-1.7",
     )
     return parser
 
@@ -125,26 +133,60 @@ def _launched() -> bool:
     return os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("RANK", "0") != "0"
 
 
-def _run_dir(output: Any, algorithm: Any, seed: int) -> Path:
+def _label(cfg: Any, output: Any, algorithm: Any) -> str:
+    """The run's method label (``output.label``; default: the ``--config`` stems joined by ``+``, else
+    the algorithm's class name lower-cased), recorded in ``summary.json`` for ``report``."""
+    if output.label:
+        return output.label
+    stems = [Path(str(path)).stem for path in (cfg.get("config") or []) if path is not None]
+    return "+".join(stems) if stems else type(algorithm).__name__.lower()
+
+
+def _run_dir(output: Any, label: str, seed: int) -> Path:
     """The run folder's path (created only once the whole config has been validated).
 
-    Every process of a multi-process run must agree on it: rank 0 exports the name in
-    ``LIGHTNING_FED_RUN_NAME``, which the processes Fabric launches inherit and use (only a process
-    with a non-zero ``LOCAL_RANK`` / ``RANK`` reads it); under SLURM the default name carries the job
-    id instead of the start time (``torchrun`` users pass ``--output.name``).
+    The default name is ``<label>-seed<seed>-<id>``: the id is the W&B run id under a W&B sweep
+    agent, the job id under SLURM, else the start time plus four random hex digits (two agents
+    started in the same second get two folders). Every process of a multi-process run must agree
+    on it: rank 0 exports the name in ``LIGHTNING_FED_RUN_NAME``, which the processes Fabric
+    launches inherit and use (only a process with a non-zero ``LOCAL_RANK`` / ``RANK`` reads it);
+    ``torchrun`` users pass ``--output.name``.
     """
     import os
+    import secrets
     import time
 
-    stamp = (
-        f"job{os.environ['SLURM_JOB_ID']}" if "SLURM_JOB_ID" in os.environ else time.strftime("%Y%m%d-%H%M%S")
-    )
+    if "WANDB_RUN_ID" in os.environ:
+        stamp = os.environ["WANDB_RUN_ID"]
+    elif "SLURM_JOB_ID" in os.environ:
+        stamp = f"job{os.environ['SLURM_JOB_ID']}"
+    else:
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
     inherited = os.environ.get("LIGHTNING_FED_RUN_NAME") if _launched() else None
-    name = output.name or inherited or f"{type(algorithm).__name__.lower()}-seed{seed}-{stamp}"
+    name = output.name or inherited or f"{label}-seed{seed}-{stamp}"
     os.environ["LIGHTNING_FED_RUN_NAME"] = name
     if output.root.exists() and not output.root.is_dir():
         _fail(f"output.root {output.root} is a file, not a folder: choose a folder for the run folders")
     return output.root / name
+
+
+def _configs_first(argv: list[str]) -> list[str]:
+    """``argv`` with every ``--config FILE`` / ``--config=FILE`` moved to the front (in their order).
+
+    Options override the config files whatever their order on the command line: W&B sweep agents
+    pass ``--seed=11 --config=configs/abps.yaml`` in an order of their own, and the file's
+    ``seed: 0`` must not win.
+    """
+    configs, rest, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config" and i + 1 < len(argv):
+            configs += argv[i : i + 2]
+            i += 2
+            continue
+        (configs if arg.startswith("--config=") else rest).append(arg)
+        i += 1
+    return [*configs, *rest]
 
 
 def _check_config(run_dir: Path, config: dict[str, Any], flag: str) -> None:
@@ -267,7 +309,7 @@ def _build_federation(init: Any, fabric: Any) -> Any:
 
     try:
         data = init.data.build(init.seed)
-        wire = Wire(hook=init.comm, faults=init.get("faults"))
+        wire = Wire(hook=init.comm, faults=init.get("faults"), max_norm_ratio=init.wire.max_norm_ratio)
         return Federation(
             data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed, wire=wire
         )
@@ -310,18 +352,20 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     The fit holds the run folder's lock from the first check to the last write
     (:mod:`lightning_fed.runfolder`): a second writer fails at once, naming this one.
     """
-    argv, overwrite = _pop_flag(list(argv), "--overwrite")
+    argv, overwrite = _pop_flag(_configs_first(list(argv)), "--overwrite")
     argv, resume = _resume_argv(argv)
     if resume is not None and overwrite:
         _fail("--resume continues a run and --overwrite starts it again: give one of them")
     parser = fit_parser()
     cfg = parser.parse_args(argv)
     init = _instantiate(parser, cfg)
-    run_dir = resume if resume is not None else _run_dir(init.output, init.algorithm, init.seed)
+    label = _label(cfg, init.output, init.algorithm)
+    run_dir = resume if resume is not None else _run_dir(init.output, label, init.seed)
 
     dumped = cfg.clone()
     dumped.pop("config", None)
-    dumped.output.name = run_dir.name
+    dumped.output.name, dumped.output.label = run_dir.name, label
+    init.output.label = label
     config = dumped.as_dict()
     lock, created = (None, None) if _launched() else _claim(run_dir, resume is not None, overwrite, config)
     federation = None
@@ -345,7 +389,7 @@ def _build_run(
     Returns:
         The federation, its loggers and the config fingerprint.
     """
-    from lightning_fed.callbacks import Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.callbacks import BandwidthTable, Checkpoint, ProgressBar, RoundsWriter
     from lightning_fed.io import write_text
 
     extra = list(init.callbacks or [])
@@ -358,6 +402,7 @@ def _build_run(
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
+        BandwidthTable(),
         checkpoint,
     ]
     loggers = init.logger.build(run_dir, config)
@@ -401,6 +446,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     summary = federation.fit()
     summary.update(
         method=type(init.algorithm).__name__,
+        label=init.output.label,
         run_dir=str(run_dir),
         versions=_package_versions(),
         config_fingerprint=fingerprint,
@@ -449,17 +495,30 @@ def refer(argv: Sequence[str]) -> Any:
     """``lightning-fed refer --run-dir DIR``: routers x prediction rules on an EdgeDRM run's test queries."""
     from jsonargparse import ArgumentParser
 
+    from lightning_fed.referral.routers import Router
+
     cli = ArgumentParser(prog="lightning-fed refer", description="Referral table of an EdgeDRM run.")
     cli.add_argument("--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="an EdgeDRM run")
     cli.add_argument(
-        "--baselines", type=list[str], default=[], help="other run folders on the same data (e.g. LocalOnly)"
+        "--baselines",
+        type=list[str],
+        default=[],
+        help="other run folders on the same data (e.g. LocalOnly): --baselines A B, or repeated",
     )
     cli.add_argument(
         "--max-hops", "--max_hops", dest="max_hops", type=int | None, default=None, help="budget L"
     )
     cli.add_argument("--eta", type=float | None, default=None, help="move threshold (default: the run's)")
     cli.add_argument("--out", type=str | None, default=None, help="output folder (default: the run folder)")
-    args = cli.parse_args(list(argv))
+    cli.add_argument(
+        "--routers",
+        type=list[Router] | None,
+        default=None,
+        help="routers by class_path, e.g. [{class_path: lightning_fed.referral.EdgeDRMRouter, init_args: "
+        "{prior: false, label: mine}}] (default: the six of the table, in order)",
+    )
+    args = cli.parse_args(_gather_list(list(argv), "--baselines"))
+    routers = _instantiate(cli, args).routers
     if args.max_hops is not None and args.max_hops < 0:
         _fail(f"--max-hops must be >= 0, got {args.max_hops}")
     for folder in args.baselines:
@@ -475,13 +534,39 @@ def refer(argv: Sequence[str]) -> Any:
     run_dir = Path(args.run_dir)
     out = Path(args.out) if args.out is not None else run_dir
     with _writer(out, "--out" if args.out is not None else "--run-dir"):
-        table = _refer_table(refer_run, run_dir, args, out)
+        table = _refer_table(refer_run, run_dir, args, out, routers)
     print(to_markdown(table))
     print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
     return table
 
 
-def _refer_table(refer_run: Any, run_dir: Path, args: Any, out: Path) -> Any:
+def _gather_list(argv: list[str], flag: str) -> list[str]:
+    """``argv`` with every ``flag A B ...``, repeated ``flag A``, and ``flag=[A,B]`` merged into one
+    ``flag=[...]`` (JSON), which the list-typed option parses."""
+    import json
+
+    values: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == flag:
+            i += 1
+            while i < len(argv) and not argv[i].startswith("--"):
+                values.append(argv[i])
+                i += 1
+            continue
+        if arg.startswith(f"{flag}="):
+            value = arg.split("=", 1)[1].strip()
+            listed = value.startswith("[") and value.endswith("]")
+            values += [v.strip() for v in value[1:-1].split(",") if v.strip()] if listed else [value]
+        else:
+            rest.append(arg)
+        i += 1
+    return [*rest, f"{flag}={json.dumps(values)}"] if values else rest
+
+
+def _refer_table(refer_run: Any, run_dir: Path, args: Any, out: Path, routers: Any) -> Any:
     try:
         return refer_run(
             run_dir,
@@ -490,6 +575,7 @@ def _refer_table(refer_run: Any, run_dir: Path, args: Any, out: Path) -> Any:
             args.max_hops,
             args.eta,
             out,
+            routers=routers,
         )
     except ValueError as err:
         _fail(str(err))
@@ -538,28 +624,39 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     return summary
 
 
+DATA_USAGE = """usage: lightning-fed data describe [--config FILE] [--data CLASS_PATH]
+                                 [--data.init_args.KEY=VALUE] [--seed N] [--rows N] [--save FILE.parquet]
+
+Print the federation a data source builds, one row per center: sizes, label balance (positive
+rate for binary labels; classes present and majority share for image federations), share of
+imputed values and the metadata descriptors. 'lightning-fed data describe --help' lists every key.
+"""
+
+
 def data(argv: Sequence[str]) -> Any:
-    """``lightning-fed data describe``: centers, sizes, positive rates, missingness, descriptors.
+    """``lightning-fed data describe``: centers, sizes, label balance, missingness, descriptors.
 
     Accepts every ``fit`` option (so a fit config works as it is) plus ``--save FILE.parquet`` and
     ``--rows N``; only the ``data`` and ``seed`` settings are used.
     """
+    if list(argv[:1]) in (["-h"], ["--help"]):
+        print(DATA_USAGE)
+        return None
     if not argv or argv[0] != "describe":
-        _fail(
-            "usage: lightning-fed data describe --data CLASS_PATH [--data.init_args.KEY=VALUE] [--save FILE]"
-        )
+        _fail("usage: lightning-fed data describe [--config FILE] [--data CLASS_PATH] [--save FILE]")
     parser = fit_parser()
     parser.prog = "lightning-fed data describe"
+    parser.description = "Describe the federation a data source builds (only data and seed are used)."
     parser.add_argument("--save", type=str | None, default=None, help="also write the table as parquet here")
     parser.add_argument("--rows", type=int, default=20, help="rows to print (all rows are saved)")
-    cfg = parser.parse_args(list(argv[1:]))
+    cfg = parser.parse_args(_configs_first(list(argv[1:])))
     init = _instantiate(parser, cfg)
     if init.save and (Path(init.save).is_dir() or str(init.save).endswith("/")):
         _fail(f"--save {init.save} is a folder: give a file name, e.g. {Path(init.save) / 'centers.parquet'}")
 
     import polars as pl
 
-    from lightning_fed.data.describe import describe
+    from lightning_fed.data.describe import describe, shown_columns
     from lightning_fed.io import atomic_path
 
     try:
@@ -568,13 +665,24 @@ def data(argv: Sequence[str]) -> Any:
         _fail(str(err))
     table = describe(federation)
     total = int(table["n_train"].sum() + table["n_val"].sum() + table["n_test"].sum())
-    print(f"{federation.num_centers} centers, {total} rows, {federation.num_features} features")
-    shown = table.select(
-        ["center", "n_train", "n_val", "n_test", "pos_rate_train", "missing_share", "v0", "v1", "v2"]
+    kind = "binary label" if federation.num_classes <= 2 else f"{federation.num_classes} classes"
+    print(
+        f"{type(init.data).__name__}: {federation.num_centers} centers, {total} rows, "
+        f"{federation.num_features} features, {kind}"
     )
-    with pl.Config(tbl_rows=init.rows, tbl_width_chars=160, fmt_str_lengths=40, float_precision=3):
-        print(shown)
-    print("v0..v2: positive rate, log n_train, mean year / 2030; the saved table has every descriptor entry")
+    with pl.Config(
+        tbl_rows=init.rows,
+        tbl_cols=-1,
+        tbl_width_chars=200,
+        fmt_str_lengths=40,
+        float_precision=3,
+        tbl_hide_column_data_types=True,
+        tbl_hide_dataframe_shape=True,
+    ):
+        print(table.select(shown_columns(table, federation)))
+    d = len(federation.centers[0].metadata)
+    more = "; --save writes them all" if d > 3 else ""
+    print(f"{d} descriptor entries per center ({min(d, 3)} shown{more})")
     if init.save:
         with atomic_path(init.save) as tmp:
             table.write_parquet(tmp)

@@ -11,9 +11,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lightning_fed.precision import Precision, policy
+
 __all__ = ["FabricConfig", "LoggerConfig", "OutputConfig"]
 
-_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "16-mixed", "bf16-true", "32", "64")
 _STRATEGIES = ("auto", "ddp")
 
 
@@ -32,7 +33,11 @@ class FabricConfig:
             federation shards its centers itself.
         devices: Devices (processes) per node.
         num_nodes: Nodes.
-        precision: Local-training precision (``"32-true"``, ``"bf16-mixed"``, ...).
+        precision: Local-training precision, the one source of truth for the parameter and
+            compute dtype (:mod:`lightning_fed.precision`): ``32-true`` / ``32`` float32;
+            ``64-true`` / ``64`` float64 parameters; ``bf16-mixed`` float32 parameters, bfloat16
+            autocast; ``bf16-true`` bfloat16 parameters. ``16-mixed`` is refused (float16 needs a
+            loss scaler the engines do not have): use ``bf16-mixed``.
     """
 
     def __init__(
@@ -40,11 +45,10 @@ class FabricConfig:
         accelerator: str = "auto",
         strategy: str = "auto",
         devices: int = 1,
-        precision: str = "32-true",
+        precision: Precision = "32-true",
         num_nodes: int = 1,
     ) -> None:
-        if precision not in _PRECISIONS:
-            raise ValueError(f"fabric.precision must be one of {list(_PRECISIONS)}, got {precision!r}")
+        policy(precision)  # one line naming fabric.precision for a refused or unknown value
         if strategy not in _STRATEGIES:
             raise ValueError(
                 f"fabric.strategy must be one of {list(_STRATEGIES)}, got {strategy!r} (the federation "
@@ -127,6 +131,11 @@ class LoggerConfig:
             offline=self.offline,
             config=config,
         )
+        # Lightning's WandbLogger always forwards ``anonymous`` (None unless asked) to
+        # ``wandb.init``, and wandb >= 0.19 warns on every run that the setting is deprecated as soon
+        # as it is passed at all. The init arguments are only read when the run starts (first use of
+        # ``logger.experiment``), so dropping the key here keeps W&B quiet and changes nothing else.
+        getattr(logger, "_wandb_init", {}).pop("anonymous", None)
         return [logger]
 
 
@@ -135,7 +144,13 @@ class OutputConfig:
 
     Args:
         root: Folder holding run directories.
-        name: Run directory name (default: ``<algorithm>-seed<seed>-<timestamp>``).
+        name: Run directory name (default: ``<label>-seed<seed>-<unique id>``, the id being the W&B
+            run id under a W&B agent (``WANDB_RUN_ID``), the SLURM job id under SLURM, else the start
+            time and four random hex digits, so two runs started in the same second never share a
+            folder).
+        label: The method label ``report`` groups runs by, recorded in ``summary.json`` (default: the
+            stems of the ``--config`` files joined by ``+``, e.g. ``abps_x``; without a config file
+            the algorithm's class name, lower-cased). Runs of one label differ only by seed.
         checkpoint_every: Also checkpoint every N rounds (0: only at the end). The default, 5, keeps a
             killed run resumable at under 1 % of the wall time: a checkpoint of the default
             230-center federation (45 MB, parameters and Adam states) takes ~0.07-0.09 s to write
@@ -150,10 +165,13 @@ class OutputConfig:
         name: str | None = None,
         checkpoint_every: int = 5,
         progress_bar: bool = True,
+        label: str | None = None,
     ) -> None:
         if checkpoint_every < 0:
             raise ValueError(f"output.checkpoint_every must be >= 0, got {checkpoint_every}")
         if name is not None and (not name or "/" in name or name in (".", "..")):
             raise ValueError(f"output.name must be a plain folder name, got {name!r}")
-        self.root, self.name = Path(root), name
+        if label is not None and (not label.strip() or "/" in label):
+            raise ValueError(f"output.label must be a non-empty name without '/', got {label!r}")
+        self.root, self.name, self.label = Path(root), name, label
         self.checkpoint_every, self.progress_bar = int(checkpoint_every), progress_bar

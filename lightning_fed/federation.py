@@ -50,8 +50,9 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
-from lightning_fed.metrics import batched_auroc, summarize
+from lightning_fed.metrics import batched_auroc, fragile_auroc, round_isolation, run_isolation, summarize
 from lightning_fed.models.base import CenterModule
+from lightning_fed.precision import PrecisionPolicy, policy_of
 from lightning_fed.seeding import derive_seed
 from lightning_fed.types import FinishContext, RoundContext, RoundResult, TrainerConfig
 
@@ -65,8 +66,10 @@ class Federation:
         data: The centers.
         module: The per-center model (its current parameters are replaced by a seeded init).
         algorithm: The federated method.
-        trainer: Round-loop settings (rounds, local epochs, batch size, engine, dtype).
-        fabric: Fabric for device, precision, loggers and callbacks (a CPU Fabric by default).
+        trainer: Round-loop settings (rounds, local epochs, batch size, engine).
+        fabric: Fabric for device, precision, loggers and callbacks (a CPU Fabric by default). Its
+            precision sets the parameter dtype and the autocast of local training
+            (:mod:`lightning_fed.precision`); a precision the engines cannot apply raises.
         seed: The run seed every draw derives from.
         wire: The wire (identity encoding, fresh ledger by default).
     """
@@ -84,11 +87,13 @@ class Federation:
         self.data, self.module, self.algorithm = data, module, algorithm
         self.trainer = trainer if trainer is not None else TrainerConfig()
         self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)
+        #: What Fabric's precision applies (parameter dtype, autocast): the one source of truth.
+        self.precision: PrecisionPolicy = policy_of(self.fabric)
+        self.dtype = self.precision.dtype
         self.seed, self.wire = int(seed), wire if wire is not None else Wire()
         self.engine: Engine = self.trainer.engine
         if self.fabric.world_size > 1:
             self.engine = ShardedEngine(self.trainer.engine, self.fabric)
-        self.dtype = getattr(torch, self.trainer.dtype)
         self.round = 0
         self.should_stop = False
         self.last_result: RoundResult | None = None
@@ -140,8 +145,8 @@ class Federation:
 
     @property
     def mixed_precision(self) -> bool:
-        """Whether Fabric's precision autocasts (``bf16-mixed``, ``16-mixed``)."""
-        return "mixed" in str(getattr(self.fabric.strategy.precision, "precision", ""))
+        """Whether local training autocasts (``bf16-mixed``; :mod:`lightning_fed.precision`)."""
+        return self.precision.autocast
 
     @property
     def wall_seconds(self) -> float:
@@ -257,6 +262,10 @@ class Federation:
         t3 = time.perf_counter()
         ledger = self.wire.ledger
         fedavg_bytes = (r + 1) * 2 * self.data.num_centers * self.fedavg_message_bytes
+        bytes_per_center = ledger.per_center(self.data.num_centers, r)
+        # Ledger isolation (metrics/isolation.py) for every method; an algorithm's own
+        # isolation_rate (ABPS: rested share) overrides it. A pooled model (Centralized) has none.
+        pooled = bool(torch.bincount(self.assignment).max() > 1)
         stats = {
             "bytes_vs_fedavg": ledger.total() / fedavg_bytes,
             "seconds_train": t1 - t0,
@@ -264,6 +273,7 @@ class Federation:
             "seconds_eval": t3 - t2,
             "seconds_collectives": self.collective_seconds - collective_start,
             **self._fault_stats(r),
+            **({} if pooled else round_isolation(bytes_per_center)),
             **self.algorithm.round_stats(),
         }
         return RoundResult(
@@ -271,7 +281,7 @@ class Federation:
             train_loss=losses.cpu()[self.assignment],
             val_auroc=val.auroc,
             test_auroc=test.auroc,
-            bytes_per_center=ledger.per_center(self.data.num_centers, r),
+            bytes_per_center=bytes_per_center,
             bytes_round=ledger.round_total(r),
             bytes_cumulative=ledger.total(),
             seconds=t3 - t0,
@@ -313,22 +323,33 @@ class Federation:
         }
 
     def summary(self, wall_seconds: float | None = None) -> dict[str, Any]:
-        """Final metrics: per-center test/val AUROC summaries, pooled AUROC, bytes, rounds."""
+        """Final metrics: per-center test/val AUROC summaries, pooled AUROC, bytes, rounds.
+
+        ``*_auroc_fragile`` counts the centers whose AUROC is defined but rests on a single case of
+        some class (:func:`~lightning_fed.metrics.fragile_auroc`). ``isolated_center_rounds`` and
+        ``ledger_isolation_rate`` (the mean over rounds of the share of centers that sent and received
+        no bytes) come from the ledger; ``isolation_rate`` is the same unless the algorithm reports
+        its own (ABPS: rested center-rounds); none of them for a pooled model (Centralized).
+        """
         test, val = self.evaluate("test"), self.evaluate("val")
         t, v = summarize(test.auroc), summarize(val.auroc)
         total = self.wire.ledger.total()
         fedavg_total = max(1, self.round) * 2 * self.data.num_centers * self.fedavg_message_bytes
+        pooled = bool(torch.bincount(self.assignment).max() > 1)
+        by_round = self.wire.ledger.per_center_by_round(self.data.num_centers, self.round)
         return {
             "bytes_vs_fedavg": total / fedavg_total,
             "test_auroc_mean": t.mean,
             "test_auroc_std": t.std,
             "test_auroc_undefined": t.n_undefined,
+            "test_auroc_fragile": int(fragile_auroc(test.auroc, self.test.y, self.test.mask).sum()),
             "test_auroc_pooled": test.pooled_auroc,
             "test_accuracy_mean": summarize(test.accuracy).mean,
             "test_balanced_accuracy_mean": summarize(test.balanced_accuracy).mean,
             "val_auroc_mean": v.mean,
             "val_auroc_std": v.std,
             "val_auroc_undefined": v.n_undefined,
+            "val_auroc_fragile": int(fragile_auroc(val.auroc, self.val.y, self.val.mask).sum()),
             "total_bytes": total,
             "total_mb": total / 1e6,
             "rounds": self.round,
@@ -338,6 +359,7 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
+            **({} if pooled else run_isolation(by_round)),
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }

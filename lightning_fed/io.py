@@ -7,6 +7,8 @@ target, which is atomic on POSIX file systems.
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -46,9 +48,32 @@ def write_text(target: str | Path, text: str) -> Path:
     return _write(target, lambda p: p.write_text(text))
 
 
+def _strict(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-Inf) replaced by None, in dicts, lists and tuples at
+    any depth; numpy scalars become Python numbers (JSON knows neither NaN nor numpy)."""
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in obj]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, numbers.Integral):
+        return int(obj)
+    if isinstance(obj, numbers.Real):
+        value = float(obj)
+        return value if math.isfinite(value) else None
+    return obj
+
+
 def write_json(target: str | Path, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON atomically (NaN is written as ``NaN``, as Python's json does)."""
-    return write_text(target, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    """Write ``obj`` as indented, strict JSON atomically.
+
+    NaN and +-Inf (an undefined AUROC, say) are written as ``null``, at any depth, so every JSON
+    reader accepts the file (Python's default would write the non-standard ``NaN``); objects JSON
+    has no type for go through ``str``.
+    """
+    text = json.dumps(_strict(obj), indent=2, sort_keys=True, default=str, allow_nan=False)
+    return write_text(target, text + "\n")
 
 
 def save_torch(target: str | Path, obj: Any) -> Path:

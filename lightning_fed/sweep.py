@@ -101,6 +101,12 @@ class SweepRun:
         return self.run_dir.name
 
     @property
+    def label(self) -> str:
+        """The method label ``report`` groups by: the run's name without its seed suffix."""
+        suffix = f"-seed{self.seed}"
+        return self.name[: -len(suffix)] if self.name.endswith(suffix) else self.name
+
+    @property
     def fitted(self) -> bool:
         """Whether the folder holds a complete, consistent run (never judged by ``summary.json`` alone)."""
         from lightning_fed.runfolder import folder_state
@@ -288,6 +294,7 @@ def _fit_args(run: SweepRun, overrides: Sequence[str]) -> list[str]:
         f"--seed={run.seed}",
         f"--output.root={run.run_dir.parent}",
         f"--output.name={run.name}",
+        f"--output.label={run.label}",
         "--output.progress_bar=false",
         *overrides,
     ]

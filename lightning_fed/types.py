@@ -100,6 +100,9 @@ class RoundResult:
 class TrainerConfig:
     """Round-loop settings (the ``trainer`` config group).
 
+    The parameter and compute dtype are not set here: Fabric's precision (``fabric.precision``,
+    :mod:`lightning_fed.precision`) is their one source of truth (``64-true`` trains in float64).
+
     Args:
         rounds: Communication rounds (paper: 50).
         local_epochs: Local epochs per round (paper: 2).
@@ -108,7 +111,6 @@ class TrainerConfig:
             ``local_epochs`` epochs, whatever the center's size (EdgeDRM App. D.1: "ten local updates
             per round"); None (default) trains epochs.
         engine: Local-training engine; default :class:`~lightning_fed.engine.PackedEngine`.
-        dtype: Parameter dtype of local training, ``"float32"`` or ``"float64"``.
     """
 
     def __init__(
@@ -117,19 +119,16 @@ class TrainerConfig:
         local_epochs: int = 2,
         batch_size: int = 128,
         engine: Engine | None = None,
-        dtype: str = "float32",
         local_steps: int | None = None,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
             if int(value) < 1:
                 raise ValueError(f"trainer.{key} must be >= 1, got {value}")
-        if dtype not in ("float32", "float64"):
-            raise ValueError(f"trainer.dtype must be 'float32' or 'float64', got {dtype!r}")
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 
             engine = PackedEngine()
         self.rounds, self.local_epochs, self.batch_size = int(rounds), int(local_epochs), int(batch_size)
-        self.engine, self.dtype = engine, dtype
+        self.engine = engine
         self.local_steps = None if local_steps is None else int(local_steps)

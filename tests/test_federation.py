@@ -34,11 +34,11 @@ class Recorder:
         self.calls.append("fit_end")
 
 
-def _fed(data, algo=None, rounds=2, seed=0, dropout=0.2, **trainer):
+def _fed(data, algo=None, rounds=2, seed=0, dropout=0.2, precision="32-true", **trainer):
     from lightning.fabric import Fabric
 
     recorder = Recorder()
-    fabric = Fabric(accelerator="cpu", devices=1, callbacks=[recorder])
+    fabric = Fabric(accelerator="cpu", devices=1, precision=precision, callbacks=[recorder])
     fed = Federation(
         data,
         MortalityMLP(hidden=(16, 8), dropout=dropout),
@@ -91,8 +91,8 @@ def test_local_only_sends_nothing_and_centralized_shares_one_model(small_federat
 
 
 def test_packed_and_sequential_federations_agree_in_float64(small_federation) -> None:
-    fp, _ = _fed(small_federation, dropout=0.0, dtype="float64")
-    fs, _ = _fed(small_federation, dropout=0.0, dtype="float64", engine=SequentialEngine())
+    fp, _ = _fed(small_federation, dropout=0.0, precision="64-true")
+    fs, _ = _fed(small_federation, dropout=0.0, precision="64-true", engine=SequentialEngine())
     fp.fit(), fs.fit()
     a, b = fp.engine.get_params(), fs.engine.get_params()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-10

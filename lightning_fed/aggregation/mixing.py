@@ -1,10 +1,22 @@
-"""Aggregation as a mixing matrix (architecture decision 2).
+"""Aggregation as a mixing matrix (architecture decision 2), and the one function that mixes.
 
 Every aggregation rule here is a row-stochastic ``C x C`` matrix ``M`` applied to the stacked
-shared parameters: ``theta_i <- sum_j M_ij theta_j``. FedAvg's star is the rank-one
-``M = 1 w^T`` with ``w_j = n_j / sum_k n_k`` (McMahan et al. 2017), so it is computed as the one
-weighted average ``w^T Theta`` broadcast back, without forming ``M``; FedAvg over a center and its
-partners (ABPS Alg. 1 line 25) and Metropolis weights on a graph use :func:`mix` with a full ``M``.
+shared parameters: ``theta_i <- sum_j M_ij theta_j``. What a center mixes is what it *received*
+over the wire (decoded, validated: :func:`~lightning_fed.comm.exchange.exchange`), so the rules are
+applied edge by edge by :func:`mix_received`,
+
+    theta_i <- a_i theta_i + sum_{e: dst_e = i} b_e r_e,
+
+the matrix ``M_ii = a_i``, ``M_{i, src_e} = b_e`` over the messages ``r_e`` that arrived (a sparse
+graph costs ``O(E |W|)``, not ``O(C^2 |W|)``; with lossless encoding and every message accepted it is
+exactly :func:`mix` with that matrix). ABPS (FedAvg over a center and its partners, Alg. 1 line 25),
+DeceFL / DFedAvgM (Metropolis weights), DeFTA (trust weights) and WPFed (rank weights) all mix
+through it, differing only in ``a`` and ``b``; :func:`renormalize` turns unnormalized weights into a
+row-stochastic mix over what arrived. DisPFL's coordinate-wise average is the ratio of two
+unit-weight :func:`mix_received` sums (values and masks). FedAvg's star is the rank-one
+``M = 1 w^T`` with ``w_j = n_j / sum_k n_k`` (McMahan et al. 2017): the server computes the one
+weighted average ``w^T Theta`` (:func:`weighted_average`, accumulated in float64) and sends it back
+over the wire, so every center receives the same model instead of mixing ``C`` messages itself.
 Personalized (head) parameters are simply left out of the dict that is mixed.
 """
 
@@ -13,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["mix", "sample_weights", "weighted_average"]
+__all__ = ["mix", "mix_received", "renormalize", "sample_weights", "weighted_average"]
 
 
 def sample_weights(n_train: Tensor) -> Tensor:
@@ -54,3 +66,48 @@ def mix(params: dict[str, Tensor], matrix: Tensor) -> dict[str, Tensor]:
         flat = p.reshape(c, -1)
         out[name] = (matrix.to(flat.device, flat.dtype) @ flat).reshape(p.shape)
     return out
+
+
+def mix_received(
+    shared: dict[str, Tensor],
+    received: dict[str, Tensor],
+    dst: Tensor,
+    self_weight: Tensor,
+    edge_weight: Tensor,
+) -> dict[str, Tensor]:
+    """``theta_i <- a_i theta_i + sum_{e: dst_e = i} b_e r_e`` for every shared tensor.
+
+    The weights are cast to each tensor's device and dtype; the sum over a receiver's messages is
+    an ``index_add`` in send order.
+
+    Args:
+        shared: Own shared parameters ``{name: [C, ...]}``.
+        received: Received messages ``{name: [E, ...]}`` (the accepted ones).
+        dst: Receiver of every message ``[E]``.
+        self_weight: ``a`` ``[C]``.
+        edge_weight: ``b`` ``[E]`` (``a_i + sum_{e: dst_e = i} b_e = 1`` for a row-stochastic mix).
+    """
+    out = {}
+    for name, own in shared.items():
+        dev, dt = own.device, own.dtype
+        view = (-1, *([1] * (own.dim() - 1)))
+        mixed = own * self_weight.to(dev, dt).view(view)
+        if len(dst):
+            mixed = mixed.index_add(0, dst.to(dev), received[name] * edge_weight.to(dev, dt).view(view))
+        out[name] = mixed
+    return out
+
+
+def renormalize(self_weight: Tensor, edge_weight: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
+    """Row-normalized weights over what arrived: ``(a_i / s_i, b_e / s_{dst_e})``.
+
+    ``s_i = a_i + sum_{e: dst_e = i} b_e``, so a receiver whose messages were partly rejected (or who
+    has no partner) renormalizes over itself and what it accepted.
+
+    Args:
+        self_weight: Unnormalized ``a`` ``[C]`` (float64; positive).
+        edge_weight: Unnormalized ``b`` ``[E]``.
+        dst: Receiver of every message ``[E]``.
+    """
+    total = self_weight.clone().index_add_(0, dst, edge_weight)
+    return self_weight / total, edge_weight / total[dst]

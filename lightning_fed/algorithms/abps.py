@@ -1,15 +1,31 @@
 """ABPS: Adaptive Bayesian Partner Selection (the ABPS paper, Sec. 4, Algorithm 1).
 
-Each round:
+ABPS is "exchange with the selected partners, average, credit". Each round:
 
-1. the :class:`~lightning_fed.selection.abps.selector.BayesianSelector` forms symmetric partner
-   sets by epsilon-greedy UCB propose-reject over Beta beliefs (lines 11-22); a center with no
-   partner rests and exchanges nothing;
+1. the partner selector (a :class:`~lightning_fed.selection.PartnerSelector`; by default the
+   :class:`~lightning_fed.selection.abps.selector.BayesianSelector`) forms symmetric partner sets
+   (for the Bayesian selector: epsilon-greedy UCB propose-reject over Beta beliefs, lines 11-22); a
+   center with no partner rests and exchanges nothing;
 2. partners exchange their shared parameters over the wire, both directions of every edge
-   (``2|W|`` per partnership, Eq. 2);
+   (``2|W|`` per partnership, Eq. 2), through the one exchange path
+   (:func:`~lightning_fed.comm.exchange.peer_exchange`);
 3. every center with partners replaces its shared parameters by the sample-weighted FedAvg of
-   itself and what it received (line 25), optionally smoothed by server-side EMA momentum;
-4. the Shapley credit of every partner (Eq. 4) updates the posteriors (lines 26-31).
+   itself and what it accepted (line 25; :func:`~lightning_fed.aggregation.mixing.mix_received`
+   with weights renormalized over what arrived), optionally smoothed by server-side EMA momentum;
+4. when the selector :attr:`~lightning_fed.selection.PartnerSelector.learns`, the Shapley credit of
+   every partner (Eq. 4) is computed and observed (the posterior update of lines 26-31). Shapley
+   is the costliest step of a round (a batch of coalition evaluations), so it is skipped for a
+   selector that learns nothing (the baselines).
+
+Selectors (``algorithm.init_args.selector.class_path``):
+:class:`~lightning_fed.selection.abps.BayesianSelector` (ABPS, the default),
+:class:`~lightning_fed.selection.RandomPartners` (up to ``kappa`` random partners a round) and
+:class:`~lightning_fed.selection.GraphNeighbours` (the neighbours on a fixed graph); with a
+baseline, everything but the choice of partners stays ABPS's (exchange, average, momentum, personal
+layers, wire), so the comparison isolates the selection. With ``kappa >= C - 1`` (every center may
+partner every other) ABPS degenerates to FedAvg over everyone at ``(C - 1) / 2`` times FedAvg's
+bytes; setup logs a warning (for :class:`~lightning_fed.selection.GraphNeighbours`: on a complete
+graph).
 
 Extensions (Sec. 6.4): ``personal_layers`` (P) keeps the last 1-2 layers local and off the
 wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the bytes; ``kappa``
@@ -40,14 +56,17 @@ run publishes exactly as an uninterrupted one.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.mixing import mix_received, renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.exchange import exchange, peer_exchange
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
@@ -55,24 +74,24 @@ from lightning_fed.models.base import CenterModule
 from lightning_fed.privacy import GaussianMechanism, noisy_descriptors
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.selector import BayesianSelector
+from lightning_fed.selection.base import PartnerSelector, partner_edges, partner_lists
 from lightning_fed.types import RoundContext
 
 __all__ = ["ABPS"]
 
-
-def _edges(partners: list[list[int]]) -> tuple[Tensor, Tensor]:
-    """Directed edges ``(src, dst)`` of symmetric partner sets: both directions of every pair."""
-    src = [j for i, ps in enumerate(partners) for j in ps]
-    dst = [i for i, ps in enumerate(partners) for _ in ps]
-    return torch.tensor(src, dtype=torch.int64), torch.tensor(dst, dtype=torch.int64)
+_log = logging.getLogger(__name__)
 
 
 class ABPS(Algorithm):
-    """Bayesian partner selection with propose-reject, rest and Shapley credit.
+    """Exchange with the selected partners, average, credit (Bayesian partner selection by default).
 
     Args:
-        selector: Partner selection settings (kappa, epsilon, gamma, tau_acc, prior, clip, filter).
-        shapley: Shapley credit settings (exact up to ``exact_max`` partners, else TMC).
+        selector: Who partners with whom (:class:`~lightning_fed.selection.PartnerSelector`);
+            default :class:`~lightning_fed.selection.abps.BayesianSelector` (kappa, epsilon, gamma,
+            tau_acc, prior, clip, filter). The hint names ``BayesianSelector`` first so that
+            ``selector.init_args.*`` without a ``class_path`` configures the default.
+        shapley: Shapley credit settings (exact up to ``exact_max`` partners, else TMC); used only
+            when the selector learns.
         personal_layers: Head layers kept local (extension P: 1 or 2; 0 shares everything).
         momentum: EMA weight beta on each center's aggregated update (0 disables; ABPS-X: 0.5).
         privacy: Gaussian-mechanism differential privacy on the published metadata descriptors
@@ -81,7 +100,7 @@ class ABPS(Algorithm):
 
     def __init__(
         self,
-        selector: BayesianSelector | None = None,
+        selector: BayesianSelector | PartnerSelector | None = None,
         shapley: ShapleyCredit | None = None,
         personal_layers: int = 0,
         momentum: float = 0.0,
@@ -89,7 +108,7 @@ class ABPS(Algorithm):
     ) -> None:
         super().__init__(personal_layers)
         self.update_momentum = UpdateMomentum(momentum)
-        self.selector = selector if selector is not None else BayesianSelector()
+        self.selector: PartnerSelector = selector if selector is not None else BayesianSelector()
         self.credit = shapley if shapley is not None else ShapleyCredit()
         self.momentum = float(momentum)
         self.privacy = privacy
@@ -99,6 +118,16 @@ class ABPS(Algorithm):
         self.seed = seed
         self.metadata = data.metadata()
         self.selector.setup(self.metadata, seed)
+        if self.selector.partners_everyone(self.num_centers):
+            _log.warning(
+                "ABPS: algorithm.selector %s (kappa=%d) lets every center partner all "
+                "data.num_centers - 1 = %d others: ABPS is then FedAvg over everyone at up to "
+                "(C - 1) / 2 = %.1fx FedAvg's bytes; lower kappa or use FedAvg",
+                type(self.selector).__name__,
+                self.selector.kappa,
+                self.num_centers - 1,
+                (self.num_centers - 1) / 2,
+            )
         filtering = self.selector.filter is not None
         dim = self.selector.filter.metadata_dim if filtering else 0
         #: The directory: descriptors received so far (zeros where none has arrived).
@@ -133,76 +162,51 @@ class ABPS(Algorithm):
         own = self.metadata[:, :dim]
         if self.privacy is not None:  # each center noises its own descriptor before it leaves
             own = noisy_descriptors(own, self.n_train, self.privacy, self.seed)
-        sent = {"v": own[centers].to(torch.float32)}
-        received = wire.send(sent, centers, torch.full_like(centers, SERVER), round_idx)
-        ok = wire.accept(received, None, round_idx)
-        if not bool(ok.any()):
+        got = exchange(
+            wire, {"v": own[centers].to(torch.float32)}, centers, torch.full_like(centers, SERVER), round_idx
+        )
+        if not len(got.src):
             return
-        self.descriptors[centers[ok]] = received["v"][ok].to(torch.float64)
-        self.arrived[centers[ok]] = True
+        self.descriptors[got.src] = got.received["v"].to(torch.float64)
+        self.arrived[got.src] = True
         self.selector.candidates = self.selector.filter.candidates(self.descriptors, published=self.arrived)
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
             self._publish_metadata(wire, ctx.round)
         t0 = time.perf_counter()
-        available = wire.available(ctx.round, self.num_centers)
-        if bool(available.all()):
-            partners = self.selector.select(ctx.round)
-        else:
-            partners = self.selector.select(ctx.round, available=available)
-            partners = [
-                [j for j in ps if available[j]] if available[i] else [] for i, ps in enumerate(partners)
-            ]
+        partners = self._select(ctx.round, wire.available(ctx.round, self.num_centers))
         t1 = time.perf_counter()
-        src, dst = _edges(partners)
         shared = self.shared(params)
-        personal = {n: p for n, p in params.items() if n not in shared}
         out = dict(params)
         self._book(partners, wire, shared)
+        got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round)
+        src, dst = got.src, got.dst
+        partners = partner_lists(src, dst, self.num_centers)  # the accepted partners
         t2 = t3 = time.perf_counter()
         if len(src):
-            device = next(iter(shared.values())).device
-            received = wire.send({n: t[src.to(device)] for n, t in shared.items()}, src, dst, ctx.round)
-            accepted = wire.accept(received, {n: t[dst.to(device)] for n, t in shared.items()}, ctx.round)
-            if not bool(accepted.all()):
-                keep = torch.nonzero(accepted).reshape(-1)
-                received = {n: t.index_select(0, keep.to(t.device)) for n, t in received.items()}
-                src, dst = src[keep], dst[keep]
-                partners = [[] for _ in range(self.num_centers)]
-                for j, i in zip(src.tolist(), dst.tolist(), strict=True):
-                    partners[i].append(j)
-        if len(src):
-            out.update(self._mix(shared, received, src, dst, partners))
+            sizes = self.n_train.to(torch.float64)
+            self_w, edge_w = renormalize(sizes, sizes[src], dst)
+            mixed = mix_received(shared, got.received, dst, self_w, edge_w)
+            active = torch.tensor([bool(p) for p in partners])
+            for name, own in shared.items():
+                out[name] = self.update_momentum.apply(name, own, mixed[name], active)
             t2 = time.perf_counter()
-            i, j, phi = self.credit(ctx, partners, shared, received, (src, dst), self.n_train, personal)
-            self.selector.observe(i, j, phi)
+            if self.selector.learns:
+                personal = {n: p for n, p in params.items() if n not in shared}
+                credit = self.credit(ctx, partners, shared, got.received, (src, dst), self.n_train, personal)
+                self.selector.observe(*credit)
             t3 = time.perf_counter()
         self._round.update(seconds_matching=t1 - t0, seconds_shapley=t3 - t2)
         self.last_partners = partners
         return out
 
-    def _mix(
-        self,
-        shared: dict[str, Tensor],
-        received: dict[str, Tensor],
-        src: Tensor,
-        dst: Tensor,
-        partners: list[list[int]],
-    ) -> dict[str, Tensor]:
-        """``theta_i <- (n_i theta_i + sum_{j in P_i} n_j theta_j) / (n_i + sum n_j)`` (+ momentum)."""
-        n = self.n_train.to(torch.float64)
-        total = n.clone().index_add_(0, dst, n[src])
-        active = torch.tensor([bool(p) for p in partners])
-        out = {}
-        for name, own in shared.items():
-            dev, dt = own.device, own.dtype
-            view = (-1, *([1] * (own.dim() - 1)))
-            mixed = own * (n / total).to(dev, dt).view(view)
-            edge_w = (n[src] / total[dst]).to(dev, dt).view(view)
-            mixed = mixed.index_add(0, dst.to(dev), received[name] * edge_w)
-            out[name] = self.update_momentum.apply(name, own, mixed, active)
-        return out
+    def _select(self, round_idx: int, available: Tensor) -> list[list[int]]:
+        """The selector's partner sets, restricted to the available centers."""
+        if bool(available.all()):
+            return self.selector.select(round_idx)
+        partners = self.selector.select(round_idx, available=available)
+        return [[j for j in ps if available[j]] if available[i] else [] for i, ps in enumerate(partners)]
 
     def _book(self, partners: list[list[int]], wire: Wire, shared: dict[str, Tensor]) -> None:
         """Round statistics: isolation, E|P_i|, and bytes a resting center did not send."""

@@ -24,43 +24,19 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lightning_fed.aggregation.mixing import mix_received, renormalize
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
-from lightning_fed.graphs.gossip import directed_edges, exchange, mix_received
-from lightning_fed.graphs.topology import Graph, RandomRegular, Topology, metropolis_weights
+from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats
+from lightning_fed.graphs.topology import RandomRegular, Topology, metropolis_weights
 from lightning_fed.models.base import CenterModule
 from lightning_fed.types import RoundContext
 
+# build_graph and graph_stats moved to lightning_fed.graphs.gossip; re-exported for the methods that
+# import them from here.
 __all__ = ["DeceFL", "build_graph", "graph_stats"]
-
-
-def build_graph(topology: Topology, num_centers: int, seed: int) -> Graph:
-    """``topology`` built on the federation, with errors naming ``algorithm.topology``.
-
-    Raises:
-        ValueError: If the topology cannot be built on ``num_centers`` nodes or is disconnected.
-    """
-    try:
-        graph = topology.build(num_centers, seed)
-    except ValueError as err:
-        raise ValueError(f"algorithm.topology={topology!r} on data.num_centers={num_centers}: {err}") from err
-    if not graph.is_connected:
-        raise ValueError(
-            f"algorithm.topology={topology!r} is disconnected on {num_centers} centers: decentralized "
-            "averaging needs a connected graph; add edges or choose another topology"
-        )
-    return graph
-
-
-def graph_stats(graph: Graph) -> dict[str, float]:
-    """Run-summary scalars of a connected communication graph: edges, mean degree, diameter."""
-    info = graph.describe()
-    return {
-        "graph_edges": float(info["num_edges"]),
-        "graph_mean_degree": float(info["mean_degree"]),
-        "graph_diameter": float(info["diameter"]),
-    }
 
 
 class DeceFL(Algorithm):
@@ -91,12 +67,10 @@ class DeceFL(Algorithm):
         """One exchange of the stacked tensors ``shared`` with the graph neighbours (booked on round
         ``round_idx``) and the renormalized Metropolis mix of what arrived (module docstring)."""
         src, dst = directed_edges(self.graph, wire.available(round_idx, self.num_centers))
-        received, src, dst = exchange(wire, shared, src, dst, round_idx)
-        self_w = self.weights.diagonal().clone()
-        edge_w = self.weights[dst, src]
-        total = self_w.clone().index_add_(0, dst, edge_w)
-        self._round = {"mean_neighbours": len(dst) / self.num_centers}
-        return mix_received(shared, received, dst, self_w / total, edge_w / total[dst])
+        got = peer_exchange(wire, shared, src, dst, round_idx)
+        self_w, edge_w = renormalize(self.weights.diagonal().clone(), self.weights[got.dst, got.src], got.dst)
+        self._round = {"mean_neighbours": len(got.dst) / self.num_centers}
+        return mix_received(shared, got.received, got.dst, self_w, edge_w)
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)

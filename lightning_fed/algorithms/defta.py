@@ -26,44 +26,58 @@ the weights are renormalized over ``{i} u A_i``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.mixing import mix_received
 from lightning_fed.algorithms.base import Algorithm
-from lightning_fed.algorithms.decefl import build_graph, graph_stats
+from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
-from lightning_fed.graphs.gossip import directed_edges, exchange, mix_received, segment_softmax
+from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats, segment_softmax
 from lightning_fed.graphs.topology import RandomRegular, Topology
 from lightning_fed.models.base import CenterModule
 from lightning_fed.types import RoundContext
 
-__all__ = ["DeFTA", "neighbour_utilities"]
+__all__ = ["DeFTA", "scored_mix"]
 
 
-def neighbour_utilities(
+def scored_mix(
     ctx: RoundContext,
+    params: dict[str, Tensor],
     shared: dict[str, Tensor],
-    personal: dict[str, Tensor],
     received: dict[str, Tensor],
     dst: Tensor,
-    centers: Tensor,
-) -> tuple[Tensor, Tensor]:
-    """Validation AUROC of each center's own model and of every model it received, in one batch.
+    weigh: Callable[[Tensor, Tensor, Tensor], Tensor],
+) -> tuple[dict[str, Tensor], Tensor]:
+    """Score each receiver's own and received models on its validation split, weigh them, mix.
 
-    Model ``q`` is evaluated on its receiver's validation split: first the own models of ``centers``,
-    then message ``e`` (received shared parameters + the receiver's personal head) on ``dst[e]``.
+    The mix of DeFTA (trust weights) and WPFed (rank weights). The receivers are ``centers =
+    unique(dst)``; model ``q`` is evaluated on its receiver's validation split in one batched
+    :attr:`~lightning_fed.types.RoundContext.val_utility` call: first the own models of ``centers``,
+    then message ``e`` (received shared parameters + the receiver's personal head) on ``dst[e]``,
+    giving the validation AUROCs ``own_u [len(centers)]`` and ``edge_u [E]`` (float64, NaN where
+    undefined). ``weigh(own_u, edge_u, centers)`` turns them into weights (the receivers' own first,
+    then the messages'; each receiver's sum to 1) and
+    :func:`~lightning_fed.aggregation.mixing.mix_received` applies them (a center that received
+    nothing keeps its parameters, self weight 1).
 
     Returns:
-        ``(own [len(centers)], received [E])`` float64, NaN where the AUROC is undefined.
+        The mixed shared parameters ``{name: [C, ...]}`` and the self weights ``[C]`` (float64).
     """
+    personal = {n: p for n, p in params.items() if n not in shared}
+    centers = torch.unique(dst)
     device = next(iter(shared.values())).device
     c, d = centers.to(device), dst.to(device)
     stacked = {n: torch.cat([t.index_select(0, c), received[n]]) for n, t in shared.items()}
     stacked.update({n: torch.cat([t.index_select(0, c), t.index_select(0, d)]) for n, t in personal.items()})
     u = ctx.val_utility(stacked, torch.cat([centers, dst])).to(torch.float64).cpu()
-    return u[: len(centers)], u[len(centers) :]
+    w = weigh(u[: len(centers)], u[len(centers) :], centers)
+    self_w = torch.ones(next(iter(shared.values())).shape[0], dtype=torch.float64)
+    self_w[centers] = w[: len(centers)]
+    return mix_received(shared, received, dst, self_w, w[len(centers) :]), self_w
 
 
 class DeFTA(Algorithm):
@@ -103,19 +117,19 @@ class DeFTA(Algorithm):
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
-        src, dst = directed_edges(self.graph, wire.available(ctx.round, self.num_centers))
         shared = self.shared(params)
-        received, src, dst = exchange(wire, shared, src, dst, ctx.round)
+        src, dst = directed_edges(self.graph, wire.available(ctx.round, self.num_centers))
+        got = peer_exchange(wire, shared, src, dst, ctx.round)
+        src, dst = got.src, got.dst
         self._round = {"mean_neighbours": len(dst) / self.num_centers, "mean_self_weight": 1.0}
         if not len(dst):
             return out
-        personal = {n: p for n, p in params.items() if n not in shared}
-        centers = torch.unique(dst)
-        own_u, edge_u = neighbour_utilities(ctx, shared, personal, received, dst, centers)
-        w = self.weights(own_u, edge_u, src, dst, centers)
-        self_w = torch.ones(self.num_centers, dtype=torch.float64)
-        self_w[centers] = w[: len(centers)]
-        out.update(mix_received(shared, received, dst, self_w, w[len(centers) :]))
+
+        def trust(own_u: Tensor, edge_u: Tensor, centers: Tensor) -> Tensor:
+            return self.weights(own_u, edge_u, src, dst, centers)
+
+        mixed, self_w = scored_mix(ctx, params, shared, got.received, dst, trust)
+        out.update(mixed)
         self._round["mean_self_weight"] = float(self_w.mean())
         return out
 

@@ -28,7 +28,10 @@ The graph is a fixed :class:`~lightning_fed.graphs.Topology` (default RR-4) buil
 Faults: an unavailable client sends and receives nothing (it still updates its mask and keeps its
 own weights under it); a receiver drops a message that :meth:`Wire.accept
 <lightning_fed.comm.wire.Wire.accept>` rejects (NaN/Inf or outsized values) or whose mask is
-malformed (not bytes, or not exactly ``n_l`` active coordinates). Personal layers
+malformed (not bytes, or not exactly ``n_l`` active coordinates): the one exchange path
+(:func:`~lightning_fed.comm.exchange.exchange`) with the norm test on the values and the mask test as
+its extra receiver-side check; the two sums of step 3 are unit-weight
+:func:`~lightning_fed.aggregation.mixing.mix_received` mixes of what arrived. Personal layers
 (``personal_layers``) are masked and evolve like the others but are never sent.
 """
 
@@ -40,8 +43,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.mixing import mix_received
 from lightning_fed.algorithms.base import Algorithm
-from lightning_fed.algorithms.decefl import build_graph, graph_stats
 from lightning_fed.algorithms.masks import (
     ERK,
     LayerDensity,
@@ -54,10 +57,11 @@ from lightning_fed.algorithms.masks import (
     random_masks,
     unpack_mask,
 )
+from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.base import packed_logits
-from lightning_fed.graphs.gossip import directed_edges
+from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats
 from lightning_fed.graphs.topology import RandomRegular, Topology
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import torch_generator
@@ -223,41 +227,47 @@ class DisPFL(Algorithm):
         c = self.num_centers
         flat_w = {n: params[n].reshape(c, -1) * masks[n].reshape(c, -1) for n in self.shared_names}
         flat_m = {n: masks[n].reshape(c, -1) for n in self.shared_names}
-        total = dict(flat_w)
-        count = {n: m.to(flat_w[n].dtype) for n, m in flat_m.items()}
+        values = {n: _active_values(flat_w[n], flat_m[n], self.counts[n]) for n in self.shared_names}
+        payload = dict(values)
+        payload.update({MASK + n: pack_mask(flat_m[n]) for n in self.sparse_names_shared})
         src, dst = directed_edges(self.graph, wire.available(round_idx, c))
-        accepted = 0
-        if len(src):
-            device = next(iter(params.values())).device
-            s, d = src.to(device), dst.to(device)
-            values = {n: _active_values(flat_w[n], flat_m[n], self.counts[n]) for n in self.shared_names}
-            payload = {n: v.index_select(0, s) for n, v in values.items()}
-            payload.update(
-                {MASK + n: pack_mask(flat_m[n]).index_select(0, s) for n in self.sparse_names_shared}
-            )
-            received = wire.send(payload, src, dst, round_idx)
-            got = {n: received[n] for n in self.shared_names}
-            ok = wire.accept(got, {n: v.index_select(0, d) for n, v in values.items()}, round_idx).to(device)
-            got_masks = {}
-            for n in self.sparse_names_shared:
-                m, well_formed = unpack_mask(received[MASK + n], flat_m[n].shape[1])
-                got_masks[n] = m
-                ok &= well_formed.to(device) & (m.sum(1) == self.counts[n])
-            keep = torch.nonzero(ok).reshape(-1)
-            d = d.index_select(0, keep)
-            accepted = len(keep)
-            for n in self.shared_names:
-                v = got[n].index_select(0, keep).to(flat_w[n].dtype)
-                if n in got_masks:
-                    m = got_masks[n].index_select(0, keep)
-                    dense = torch.zeros(len(keep), m.shape[1], dtype=v.dtype, device=device)
-                    dense[m] = v.reshape(-1)  # row-major: the k-th True of a row gets its k-th value
-                else:
-                    m, dense = torch.ones_like(v, dtype=torch.bool), v
-                total[n] = total[n].index_add(0, d, dense)
-                count[n] = count[n].index_add(0, d, m.to(v.dtype))
+        got = exchange(
+            wire,
+            rows(payload, src),
+            src,
+            dst,
+            round_idx,
+            own=rows(values, dst),
+            checked=lambda r: {n: r[n] for n in self.shared_names},
+            valid=self._well_formed,
+        )
+        dense_w, dense_m = {}, {}
+        for n in self.shared_names:
+            v = got.received[n].to(flat_w[n].dtype)
+            if n in self.sparse_names_shared:
+                m = unpack_mask(got.received[MASK + n], flat_m[n].shape[1])[0]
+                dense_w[n] = torch.zeros(len(v), m.shape[1], dtype=v.dtype, device=v.device)
+                dense_w[n][m] = v.reshape(-1)  # row-major: the k-th True of a row gets its k-th value
+            else:
+                m, dense_w[n] = torch.ones_like(v, dtype=torch.bool), v
+            dense_m[n] = m.to(v.dtype)
+        # sum_j w_j and sum_j m_j over {k} and A_k: unit-weight mixes of what arrived.
+        ones_c = torch.ones(c, dtype=torch.float64)
+        ones_e = torch.ones(len(got.dst), dtype=torch.float64)
+        total = mix_received(flat_w, dense_w, got.dst, ones_c, ones_e)
+        count = mix_received(
+            {n: m.to(flat_w[n].dtype) for n, m in flat_m.items()}, dense_m, got.dst, ones_c, ones_e
+        )
         shaped = {n: total[n].view_as(params[n]) for n in total}
-        return shaped, {n: count[n].view_as(params[n]) for n in count}, accepted
+        return shaped, {n: count[n].view_as(params[n]) for n in count}, len(got.dst)
+
+    def _well_formed(self, received: dict[str, Tensor]) -> Tensor:
+        """Bool ``[E]``: every received mask unpacks and has exactly ``n_l`` active coordinates."""
+        ok = torch.ones(len(next(iter(received.values()))), dtype=torch.bool)
+        for n in self.sparse_names_shared:
+            m, well_formed = unpack_mask(received[MASK + n], math.prod(self.shapes[n]))
+            ok &= (well_formed & (m.sum(1) == self.counts[n])).cpu()
+        return ok
 
     @property
     def sparse_names_shared(self) -> tuple[str, ...]:

@@ -11,9 +11,10 @@ keeps its parameters and nothing is booked for it. The server validates every up
 (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`, reference: the median upload norm) and
 averages the accepted ones with weights renormalized over them, ``n_j / sum_{k accepted} n_k``;
 a center that rejects the download keeps its own parameters. With nothing accepted, nothing is
-sent back and every center keeps its parameters. With ``momentum`` beta > 0 a center that takes the
-download moves by the EMA of its aggregated updates instead (FedAvg-X, the paper's fair comparator
-for ABPS-X).
+sent back and every center keeps its parameters. Both legs go through the one exchange path
+(:func:`~lightning_fed.comm.exchange.exchange`: send, validate, drop the rejected). With
+``momentum`` beta > 0 a center that takes the download moves by the EMA of its aggregated updates
+instead (FedAvg-X, the paper's fair comparator for ABPS-X).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch import Tensor
 from lightning_fed.aggregation.mixing import sample_weights, weighted_average
 from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
@@ -66,21 +68,18 @@ class FedAvg(Algorithm):
             return out
         shared = self.shared(params)
         if not bool(available.all()):
-            shared = {n: t.index_select(0, centers.to(t.device)) for n, t in shared.items()}
+            shared = rows(shared, centers)
         server = torch.full_like(centers, SERVER)
-        uploaded = wire.send(shared, centers, server, ctx.round)
-        accepted = wire.accept(uploaded, None, ctx.round)
-        if not bool(accepted.any()):
+        upload = exchange(wire, shared, centers, server, ctx.round)
+        if not len(upload.src):
             return out
-        if not bool(accepted.all()):
-            keep = torch.nonzero(accepted).reshape(-1)
-            uploaded = {n: t.index_select(0, keep.to(t.device)) for n, t in uploaded.items()}
-        average = self.server_model(uploaded, centers[accepted], ctx)
-        downloaded = wire.send(average, server, centers, ctx.round)
-        take = wire.accept(downloaded, shared, ctx.round)
+        average = self.server_model(upload.received, upload.src, ctx)
+        download = exchange(wire, average, server, centers, ctx.round, own=shared)
+        if not len(download.dst):
+            return out
         active = torch.zeros(self.num_centers, dtype=torch.bool)
-        active[centers[take]] = True
-        for n, t in downloaded.items():
+        active[download.dst] = True
+        for n, t in download.received.items():
             out[n] = self.update_momentum.apply(
                 n, params[n], t.expand_as(params[n]).to(params[n].dtype), active
             )

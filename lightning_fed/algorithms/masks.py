@@ -152,31 +152,31 @@ def magnitude_prune(mask: Tensor, weight: Tensor, k: int) -> Tensor:
     Returns:
         The new bool mask ``[C, N]`` (a copy).
     """
-    out = mask.clone()
-    if k <= 0:
-        return out
     score = torch.where(mask, weight.detach().abs().to(torch.float64), torch.inf)
-    drop = torch.argsort(score, dim=1, stable=True)[:, :k]
-    return out.scatter_(1, drop, False)
+    return _set_first(mask, score, k, False)
 
 
 def gradient_regrow(mask: Tensor, grad: Tensor, k: int) -> Tensor:
     """Activate, per row, the ``k`` inactive coordinates of largest ``|grad|`` (ties: lower index first).
 
-    Args:
-        mask: bool ``[C, N]`` (every row has at least ``k`` inactive coordinates).
-        grad: ``[C, N]``.
-        k: Coordinates to activate per row.
+    The mirror of :func:`magnitude_prune` (same shapes; a copy): ``grad`` ``[C, N]`` scores the
+    inactive coordinates of ``mask``, of which every row has at least ``k``.
+    """
+    score = torch.where(mask, -torch.inf, grad.detach().abs().to(torch.float64))
+    return _set_first(mask, score, k, True)
 
-    Returns:
-        The new bool mask ``[C, N]`` (a copy).
+
+def _set_first(mask: Tensor, score: Tensor, k: int, value: bool) -> Tensor:
+    """A copy of ``mask`` with the ``k`` first coordinates of every row by ``score`` set to ``value``.
+
+    "First" is ascending score when dropping (``value`` False: smallest first) and descending when
+    growing (True: largest first), ties to the lower index (stable sorts).
     """
     out = mask.clone()
     if k <= 0:
         return out
-    score = torch.where(mask, -torch.inf, grad.detach().abs().to(torch.float64))
-    grow = torch.argsort(score, dim=1, descending=True, stable=True)[:, :k]
-    return out.scatter_(1, grow, True)
+    first = torch.argsort(score, dim=1, descending=value, stable=True)[:, :k]
+    return out.scatter_(1, first, value)
 
 
 _BIT_VALUES = 2 ** torch.arange(8)

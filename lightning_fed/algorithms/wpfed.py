@@ -36,11 +36,11 @@ import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.base import Algorithm
-from lightning_fed.algorithms.defta import neighbour_utilities
+from lightning_fed.algorithms.defta import scored_mix
+from lightning_fed.comm.exchange import exchange, peer_exchange
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.base import packed_logits
-from lightning_fed.graphs.gossip import exchange, mix_received
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import torch_generator
 from lightning_fed.types import RoundContext
@@ -165,27 +165,24 @@ class WPFed(Algorithm):
         codes = lsh_codes(self.reference_outputs(params), self.planes, self.centered)
         pairs = torch.cartesian_prod(centers, centers)
         src, dst = pairs[:, 0][pairs[:, 0] != pairs[:, 1]], pairs[:, 1][pairs[:, 0] != pairs[:, 1]]
-        got = wire.send({"code": codes[src]}, src, dst, ctx.round)
-        ok = wire.accept(got, None, ctx.round)
-        src, dst, got_codes = src[ok], dst[ok], got["code"][ok]
-        chosen = nearest_by_hamming(codes, got_codes.bool(), src, dst, self.neighbours)
-        dist = (got_codes.bool().cpu() != codes[dst]).sum(1)[chosen]
-        src, dst = src[chosen], dst[chosen]
+        got = exchange(wire, {"code": codes[src]}, src, dst, ctx.round)
+        src, dst, got_codes = got.src, got.dst, got.received["code"].bool().cpu()
+        chosen = nearest_by_hamming(codes, got_codes, src, dst, self.neighbours)
+        dist = (got_codes != codes[dst]).sum(1)[chosen]
         shared = self.shared(params)
-        received, src, dst = exchange(wire, shared, src, dst, ctx.round)
+        models = peer_exchange(wire, shared, src[chosen], dst[chosen], ctx.round)
+        dst = models.dst
         self._round = {
             "mean_neighbours": len(dst) / c,
             "mean_code_distance": float(dist.double().mean()) if len(dist) else 0.0,
         }
         if not len(dst):
             return out
-        personal = {n: p for n, p in params.items() if n not in shared}
-        active = torch.unique(dst)
-        own_u, edge_u = neighbour_utilities(ctx, shared, personal, received, dst, active)
-        w = rank_weights(torch.cat([own_u, edge_u]), torch.cat([active, dst]), c)
-        self_w = torch.ones(c, dtype=torch.float64)
-        self_w[active] = w[: len(active)]
-        out.update(mix_received(shared, received, dst, self_w, w[len(active) :]))
+
+        def by_rank(own_u: Tensor, edge_u: Tensor, active: Tensor) -> Tensor:
+            return rank_weights(torch.cat([own_u, edge_u]), torch.cat([active, dst]), c)
+
+        out.update(scored_mix(ctx, params, shared, models.received, dst, by_rank)[0])
         return out
 
     def round_stats(self) -> dict[str, float]:

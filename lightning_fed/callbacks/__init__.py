@@ -1,5 +1,7 @@
-"""Observer callbacks (called through ``fabric.call``): progress, parquet, checkpoint, early stopping."""
+"""Observer callbacks (called through ``fabric.call``): progress, parquet, bandwidth table, checkpoint,
+early stopping."""
 
+from lightning_fed.callbacks.bandwidth import BandwidthTable
 from lightning_fed.callbacks.base import Callback
 from lightning_fed.callbacks.checkpoint import Checkpoint
 from lightning_fed.callbacks.early_stopping import EarlyStopping
@@ -7,4 +9,12 @@ from lightning_fed.callbacks.partner_history import PartnerHistory
 from lightning_fed.callbacks.progress import ProgressBar
 from lightning_fed.callbacks.rounds import RoundsWriter
 
-__all__ = ["Callback", "Checkpoint", "EarlyStopping", "PartnerHistory", "ProgressBar", "RoundsWriter"]
+__all__ = [
+    "BandwidthTable",
+    "Callback",
+    "Checkpoint",
+    "EarlyStopping",
+    "PartnerHistory",
+    "ProgressBar",
+    "RoundsWriter",
+]

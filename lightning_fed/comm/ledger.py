@@ -68,6 +68,19 @@ class Ledger:
                 out.index_add_(0, end[sel], b[sel])
         return out
 
+    def per_center_by_round(self, num_centers: int, num_rounds: int) -> Tensor:
+        """Bytes on edges touching each center in each round ``[R, C]`` (rounds ``0 .. R-1``).
+
+        Row ``r`` equals :meth:`per_center` ``(num_centers, r)``; records of later rounds (e.g.
+        EdgeDRM's stage II, booked at round index ``R``) are left out.
+        """
+        out = torch.zeros(num_rounds * num_centers, dtype=torch.int64)
+        for r, u, v, b in zip(self._rounds, self._u, self._v, self._bytes, strict=True):
+            for end in (u, v):
+                sel = (end >= 0) & (r >= 0) & (r < num_rounds)
+                out.index_add_(0, r[sel] * num_centers + end[sel], b[sel])
+        return out.view(num_rounds, num_centers)
+
     def state_dict(self) -> dict[str, Any]:
         return self.table()
 

@@ -24,6 +24,7 @@ from lightning_fed.seeding import numpy_rng
 __all__ = [
     "METADATA_BASE_DIM",
     "MISSING_SUFFIX",
+    "TABLE_METADATA_NAMES",
     "CenterData",
     "FederatedData",
     "PooledTable",
@@ -33,6 +34,8 @@ __all__ = [
 
 #: Length of the base descriptor ``[positive rate, log n_train, mean year / 2030]``.
 METADATA_BASE_DIM = 3
+#: Names of the base descriptor entries of a table-backed federation.
+TABLE_METADATA_NAMES = ("positive_rate", "log_n_train", "mean_year_2030")
 #: Suffix of the missingness-indicator column added for every feature with a NaN.
 MISSING_SUFFIX = "_missing"
 
@@ -130,12 +133,16 @@ class FederatedData:
         feature_names: Column names of every center's ``x`` (missingness indicators included).
         dropped_centers: Names of the groups left out for having fewer than ``min_center_size`` rows.
         num_classes: Number of label classes ``K`` (2 for binary tables; labels are ``0., ..., K-1``).
+        metadata_names: What each entry of the descriptors ``v_i`` is (empty: unnamed, shown as
+            ``v0, v1, ...``), e.g. ``positive_rate, log_n_train, mean_year_2030, <Charlson flags>``
+            for tables and ``share_class_0, ...`` for image federations.
     """
 
     centers: tuple[CenterData, ...]
     feature_names: tuple[str, ...]
     dropped_centers: tuple[str, ...] = ()
     num_classes: int = 2
+    metadata_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.centers:
@@ -308,7 +315,12 @@ def build_federation(
                 feature_std=torch.from_numpy(std),
             )
         )
-    return FederatedData(centers=tuple(centers), feature_names=feature_names, dropped_centers=dropped)
+    return FederatedData(
+        centers=tuple(centers),
+        feature_names=feature_names,
+        dropped_centers=dropped,
+        metadata_names=(*TABLE_METADATA_NAMES, *(f"prevalence_{c}" for c in table.charlson_columns)),
+    )
 
 
 def pooled_standardization(data: FederatedData) -> FederatedData:
@@ -368,4 +380,5 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
         feature_names=data.feature_names,
         dropped_centers=data.dropped_centers,
         num_classes=data.num_classes,
+        metadata_names=data.metadata_names,
     )

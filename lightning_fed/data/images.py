@@ -183,7 +183,10 @@ class ImageSource(DataSource):
                 )
             )
         return FederatedData(
-            centers=tuple(centers), feature_names=self.channel_names, num_classes=num_classes
+            centers=tuple(centers),
+            feature_names=self.channel_names,
+            num_classes=num_classes,
+            metadata_names=tuple(f"share_class_{k}" for k in range(num_classes)),
         )
 
 

@@ -169,4 +169,9 @@ class ISIC2019(DataSource):
                     {"source": "ISIC2019", "center": name},
                 )
             )
-        return FederatedData(centers=tuple(centers), feature_names=RGB, num_classes=self.num_classes)
+        return FederatedData(
+            centers=tuple(centers),
+            feature_names=RGB,
+            num_classes=self.num_classes,
+            metadata_names=tuple(f"share_class_{k}" for k in range(self.num_classes)),
+        )

@@ -62,8 +62,10 @@ class Engine(ABC):
             epochs: Local epochs per round.
             seed: Run seed (batch order and dropout derive from it).
             device: Where the stacked tensors live.
-            dtype: Parameter and feature dtype.
-            autocast: Context manager for mixed precision; ``nullcontext`` when there is none.
+            dtype: Parameter, optimizer-state and feature dtype (the federation passes the one of
+                ``fabric.precision``, :mod:`lightning_fed.precision`).
+            autocast: Context manager for mixed precision; ``nullcontext`` when there is none
+                (only ``bf16-mixed`` autocasts).
             local_term: Extra term of every center's local loss (FedProx, FedDyn, MOON), or None.
             steps: Local updates per round instead of ``epochs`` epochs (``trainer.local_steps``).
             center_ids: The global center id of each model in ``train`` (a shard of a larger

@@ -1,25 +1,36 @@
-"""Per-center and pooled evaluation metrics: exact batched AUROC, balanced accuracy, NaN-aware summaries."""
+"""Per-center and pooled evaluation metrics: exact batched AUROC, balanced accuracy, NaN-aware summaries.
 
-from lightning_fed.metrics.auroc import CenterAUROC, batched_auroc, pooled_auroc
-from lightning_fed.metrics.balanced_accuracy import BalancedAccuracy, balanced_accuracy
+Metrics are plain functions over a padded ``[C, n]`` batch (one row per center), not torchmetrics
+``Metric`` classes: evaluation scores every center in one call, and ABPS's Shapley credit scores
+thousands of coalition models a round through :func:`batched_auroc`, which a per-center
+``update``/``compute`` cannot match. Each metric has exactly one implementation (balanced accuracy:
+:func:`balanced_accuracy_rows`, which the referral tables reach through :func:`balanced_accuracy`),
+tested against sklearn. Isolation is read off the byte ledger (:mod:`lightning_fed.metrics.isolation`).
+"""
+
+from lightning_fed.metrics.auroc import batched_auroc, fragile_auroc, pooled_auroc
+from lightning_fed.metrics.balanced_accuracy import balanced_accuracy, balanced_accuracy_rows
 from lightning_fed.metrics.batched import (
     batched_accuracy,
     batched_balanced_accuracy,
     batched_macro_auroc,
     predicted_class,
 )
+from lightning_fed.metrics.isolation import round_isolation, run_isolation
 from lightning_fed.metrics.summary import MetricSummary, summarize
 
 __all__ = [
-    "BalancedAccuracy",
-    "CenterAUROC",
     "MetricSummary",
     "balanced_accuracy",
+    "balanced_accuracy_rows",
     "batched_accuracy",
     "batched_auroc",
     "batched_balanced_accuracy",
     "batched_macro_auroc",
+    "fragile_auroc",
     "pooled_auroc",
     "predicted_class",
+    "round_isolation",
+    "run_isolation",
     "summarize",
 ]

@@ -13,11 +13,9 @@ never 0.0 or 0.5 (torchmetrics returns 0.0 there, which silently biases means ov
 from __future__ import annotations
 
 import torch
-import torchmetrics
 from torch import Tensor
-from torchmetrics.utilities import dim_zero_cat
 
-__all__ = ["CenterAUROC", "batched_auroc", "pooled_auroc"]
+__all__ = ["batched_auroc", "fragile_auroc", "pooled_auroc"]
 
 
 def _check_binary(name: str, values: Tensor, where: Tensor | None = None) -> None:
@@ -82,6 +80,38 @@ def batched_auroc(scores: Tensor, targets: Tensor, mask: Tensor | None = None) -
     return torch.where((n_pos > 0) & (n_neg > 0), auc, torch.full_like(auc, float("nan")))
 
 
+def fragile_auroc(auroc: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Centers whose AUROC is defined but rests on a single case of some class ``[C]`` (bool).
+
+    Binary: the split holds both classes and exactly one case of the minority class, so the AUROC is
+    the rank of that one row among the others and moves in steps of ``1 / (n - 1)``. Multi-class
+    (macro one-vs-rest): the same rule, any class present with exactly one case (its one-vs-rest
+    AUROC rests on that row). A center with an undefined (NaN) AUROC is not fragile; it is counted
+    as undefined instead.
+
+    Args:
+        auroc: ``[C]`` per-center AUROC as reported (NaN where undefined).
+        targets: ``[C, n]`` class ids (0/1 for binary) of the padded split.
+        mask: ``[C, n]`` bool, ``True`` for real rows.
+
+    Returns:
+        Bool ``[C]``.
+    """
+    if auroc.ndim != 1 or targets.shape != mask.shape or targets.shape[0] != auroc.shape[0]:
+        raise ValueError(
+            f"fragile_auroc: `auroc` [C], `targets` and `mask` [C, n] expected, got {tuple(auroc.shape)}, "
+            f"{tuple(targets.shape)} and {tuple(mask.shape)}"
+        )
+    c = targets.shape[0]
+    labels = targets.long()
+    k = max(2, int(labels[mask].max()) + 1) if bool(mask.any()) else 2
+    index = (torch.arange(c, device=labels.device).unsqueeze(1) * k + labels)[mask]
+    counts = torch.zeros(c * k, dtype=torch.int64, device=labels.device)
+    counts.index_add_(0, index, torch.ones_like(index))
+    single = (counts.view(c, k) == 1).any(1)
+    return single.to(auroc.device) & ~torch.isnan(auroc)
+
+
 def pooled_auroc(scores: Tensor, targets: Tensor) -> float:
     """One exact AUROC over all rows (see :func:`batched_auroc` for the formula).
 
@@ -98,83 +128,3 @@ def pooled_auroc(scores: Tensor, targets: Tensor) -> float:
             f"got {tuple(scores.shape)} and {tuple(targets.shape)}"
         )
     return float(batched_auroc(scores[None], targets[None])[0])
-
-
-class CenterAUROC(torchmetrics.Metric):
-    """Per-center binary AUROC over accumulated ``(score, target, center_id)`` triples.
-
-    States are lists of tensors reduced by concatenation (``dist_reduce_fx="cat"``), so they merge
-    across processes and with :meth:`merge_state`. :meth:`compute` lays the rows out as a padded
-    ``[num_centers, n_max]`` batch and calls :func:`batched_auroc` once.
-
-    Args:
-        num_centers: Number of centers ``C``; center ids must lie in ``[0, C)``.
-        **kwargs: Passed to :class:`torchmetrics.Metric`.
-
-    Example:
-        >>> m = CenterAUROC(num_centers=2)
-        >>> m.update(torch.tensor([0.1, 0.9, 0.3]), torch.tensor([0, 1, 1]), torch.tensor([0, 0, 1]))
-        >>> m.compute()
-        tensor([1., nan], dtype=torch.float64)
-    """
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, num_centers: int, **kwargs) -> None:
-        super().__init__(**kwargs)
-        if not isinstance(num_centers, int) or num_centers < 1:
-            raise ValueError(f"`num_centers` must be a positive int, got {num_centers!r}")
-        self.num_centers = num_centers
-        self.add_state("scores", default=[], dist_reduce_fx="cat")
-        self.add_state("targets", default=[], dist_reduce_fx="cat")
-        self.add_state("center_ids", default=[], dist_reduce_fx="cat")
-
-    def update(self, scores: Tensor, targets: Tensor, center_ids: Tensor) -> None:
-        """Add rows.
-
-        Args:
-            scores: ``[n]`` finite scores.
-            targets: ``[n]`` binary labels.
-            center_ids: ``[n]`` integer center ids in ``[0, num_centers)``.
-        """
-        if scores.ndim != 1 or targets.shape != scores.shape or center_ids.shape != scores.shape:
-            raise ValueError(
-                "`scores`, `targets` and `center_ids` must all have shape [n], got "
-                f"{tuple(scores.shape)}, {tuple(targets.shape)} and {tuple(center_ids.shape)}"
-            )
-        if center_ids.is_floating_point() or center_ids.is_complex() or center_ids.dtype == torch.bool:
-            raise ValueError(f"`center_ids` must be an integer tensor, got {center_ids.dtype}")
-        if center_ids.numel() and (int(center_ids.min()) < 0 or int(center_ids.max()) >= self.num_centers):
-            raise ValueError(f"`center_ids` must lie in [0, {self.num_centers})")
-        _check_binary("targets", targets)
-        s = scores.detach().to(torch.float64)
-        if not bool(torch.isfinite(s).all()):
-            raise ValueError("`scores` must be finite")
-        self.scores.append(s)
-        self.targets.append(targets.detach().to(torch.long))
-        self.center_ids.append(center_ids.detach().to(torch.long))
-
-    def compute(self) -> Tensor:
-        """Per-center AUROC, float64 ``[num_centers]``, NaN for centers with one class or no rows."""
-        if isinstance(self.scores, list) and not self.scores:
-            return torch.full((self.num_centers,), float("nan"), dtype=torch.float64, device=self.device)
-        scores = dim_zero_cat(self.scores)
-        targets = dim_zero_cat(self.targets)
-        centers = dim_zero_cat(self.center_ids)
-        # Padded layout: rows grouped by center, column = position of the row within its center.
-        order = torch.argsort(centers, stable=True)
-        centers = centers[order]
-        counts = torch.bincount(centers, minlength=self.num_centers)
-        starts = torch.cumsum(counts, 0) - counts
-        cols = torch.arange(centers.numel(), device=centers.device) - starts[centers]
-        n_max = int(counts.max())
-        shape = (self.num_centers, n_max)
-        pad_scores = torch.zeros(shape, dtype=torch.float64, device=scores.device)
-        pad_targets = torch.zeros(shape, dtype=torch.long, device=scores.device)
-        mask = torch.zeros(shape, dtype=torch.bool, device=scores.device)
-        pad_scores[centers, cols] = scores[order]
-        pad_targets[centers, cols] = targets[order]
-        mask[centers, cols] = True
-        return batched_auroc(pad_scores, pad_targets, mask)

@@ -1,4 +1,4 @@
-"""Balanced accuracy from an accumulated confusion matrix.
+"""Balanced accuracy from the confusion matrix, for many rows at once (the one implementation).
 
 With confusion matrix ``M`` (rows = true class, columns = predicted class) and ``T`` the set of
 classes present in the targets (``sum_j M[k, j] > 0``),
@@ -17,10 +17,9 @@ here (and in sklearn) a class without true rows has no recall and is left out.
 from __future__ import annotations
 
 import torch
-import torchmetrics
 from torch import Tensor
 
-__all__ = ["BalancedAccuracy", "balanced_accuracy"]
+__all__ = ["balanced_accuracy", "balanced_accuracy_rows"]
 
 
 def _to_class_indices(
@@ -63,18 +62,38 @@ def _to_class_indices(
     return preds, target
 
 
-def _confusion_matrix(preds: Tensor, target: Tensor, num_classes: int) -> Tensor:
-    flat = target * num_classes + preds
-    return torch.bincount(flat, minlength=num_classes * num_classes).reshape(num_classes, num_classes)
+def balanced_accuracy_rows(pred: Tensor, target: Tensor, mask: Tensor, num_classes: int) -> Tensor:
+    """Balanced accuracy of every row of a padded ``[C, n]`` batch of class ids (the one implementation).
 
+    From the confusion matrix's row sums (support ``s_k``) and diagonal (correct ``m_kk``), counted
+    for all rows at once by one scatter-add each: ``(1 / |T|) sum_{k in T} m_kk / s_k`` over the
+    classes ``T`` present in the row's targets (module docstring).
 
-def _balanced_from_confmat(confmat: Tensor) -> Tensor:
-    support = confmat.sum(dim=1).to(torch.float64)
+    Args:
+        pred: ``[C, n]`` predicted class ids.
+        target: ``[C, n]`` true class ids in ``[0, num_classes)`` (checked on real rows).
+        mask: ``[C, n]`` bool, ``True`` for real rows.
+        num_classes: Number of classes ``K``.
+
+    Returns:
+        float64 ``[C]``; NaN for a row without real entries.
+    """
+    c = target.shape[0]
+    pred, target = pred.long(), target.long()
+    real = target[mask]
+    if real.numel() and (int(real.min()) < 0 or int(real.max()) >= num_classes):
+        raise ValueError(f"`target` values must lie in [0, {num_classes})")
+    slot = (torch.arange(c, device=target.device).unsqueeze(1) * num_classes + target)[mask]
+    hit = (pred == target)[mask].to(torch.float64)
+    support = torch.zeros(c * num_classes, dtype=torch.float64, device=target.device)
+    correct = torch.zeros_like(support)
+    support.index_add_(0, slot, torch.ones_like(hit))
+    correct.index_add_(0, slot, hit)
+    support, correct = support.view(c, num_classes), correct.view(c, num_classes)
     present = support > 0
-    if not bool(present.any()):
-        return torch.tensor(float("nan"), dtype=torch.float64, device=confmat.device)
-    recall = confmat.diagonal().to(torch.float64)[present] / support[present]
-    return recall.mean()
+    recall = torch.where(present, correct / support.clamp_min(1), torch.zeros_like(support))
+    k = present.sum(1)
+    return torch.where(k > 0, recall.sum(1) / k.clamp_min(1), torch.full_like(recall[:, 0], float("nan")))
 
 
 def _check_args(num_classes: int, threshold: float) -> None:
@@ -84,57 +103,28 @@ def _check_args(num_classes: int, threshold: float) -> None:
         raise ValueError(f"`threshold` must lie in [0, 1], got {threshold!r}")
 
 
-class BalancedAccuracy(torchmetrics.Metric):
-    """Balanced accuracy (mean recall over classes present in the targets) from a ``[K, K]`` confusion matrix.
-
-    Accepted predictions in :meth:`update`:
-
-    * integer class indices ``[n]``;
-    * scores, probabilities or logits ``[n, K]`` (the argmax is the prediction);
-    * for ``num_classes=2`` only, floating ``[n]`` positive-class probabilities, predicted positive
-      when ``p > threshold`` (strict, as torchmetrics and ``predict`` in sklearn). With
-      ``from_logits=True`` they are logits and go through a sigmoid first (threshold 0.5 then means
-      logit > 0). Without it, values outside ``[0, 1]`` raise instead of being guessed to be logits.
-
-    See the module docstring for the formula and how it differs from torchmetrics' macro accuracy.
-
-    Args:
-        num_classes: Number of classes ``K`` (>= 2).
-        threshold: Probability threshold for binary ``[n]`` predictions, default 0.5.
-        from_logits: Whether binary ``[n]`` predictions are logits rather than probabilities.
-        **kwargs: Passed to :class:`torchmetrics.Metric`.
-    """
-
-    is_differentiable = False
-    higher_is_better = True
-    full_state_update = False
-
-    def __init__(self, num_classes: int, threshold: float = 0.5, from_logits: bool = False, **kwargs) -> None:
-        super().__init__(**kwargs)
-        _check_args(num_classes, threshold)
-        self.num_classes = num_classes
-        self.threshold = float(threshold)
-        self.from_logits = from_logits
-        self.add_state(
-            "confmat", default=torch.zeros(num_classes, num_classes, dtype=torch.long), dist_reduce_fx="sum"
-        )
-
-    def update(self, preds: Tensor, target: Tensor) -> None:
-        """Add rows: ``preds`` as in the class docstring, ``target`` integer ``[n]`` in ``[0, K)``."""
-        p, t = _to_class_indices(
-            preds.detach(), target.detach(), self.num_classes, self.threshold, self.from_logits
-        )
-        self.confmat += _confusion_matrix(p, t, self.num_classes)
-
-    def compute(self) -> Tensor:
-        """Balanced accuracy as a float64 scalar tensor; NaN if no rows were seen."""
-        return _balanced_from_confmat(self.confmat)
-
-
 def balanced_accuracy(
     preds: Tensor, target: Tensor, num_classes: int, threshold: float = 0.5, from_logits: bool = False
 ) -> Tensor:
-    """Functional :class:`BalancedAccuracy`: float64 scalar tensor, NaN for empty input."""
+    """Balanced accuracy of one set of predictions (the referral tables), via :func:`balanced_accuracy_rows`.
+
+    Accepted predictions: integer class indices ``[n]``; scores, probabilities or logits ``[n, K]``
+    (the argmax is the prediction); for ``num_classes=2`` only, floating ``[n]`` positive-class
+    probabilities, predicted positive when ``p > threshold`` (strict, as sklearn's ``predict``),
+    or logits with ``from_logits=True`` (through a sigmoid first). Without ``from_logits``, values
+    outside ``[0, 1]`` raise instead of being guessed to be logits.
+
+    Args:
+        preds: Predictions as above.
+        target: ``[n]`` integer class ids in ``[0, num_classes)``.
+        num_classes: Number of classes ``K`` (>= 2).
+        threshold: Probability threshold for binary ``[n]`` predictions.
+        from_logits: Whether binary ``[n]`` predictions are logits.
+
+    Returns:
+        float64 scalar tensor; NaN for empty input.
+    """
     _check_args(num_classes, threshold)
     p, t = _to_class_indices(preds.detach(), target.detach(), num_classes, float(threshold), from_logits)
-    return _balanced_from_confmat(_confusion_matrix(p, t, num_classes))
+    mask = torch.ones(1, t.shape[0], dtype=torch.bool, device=t.device)
+    return balanced_accuracy_rows(p.unsqueeze(0), t.unsqueeze(0), mask, num_classes)[0]

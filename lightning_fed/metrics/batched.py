@@ -3,7 +3,7 @@
 Predictions come from logits: ``[C, n]`` binary logits (class 1 when the logit is > 0, i.e. the
 probability is > 0.5) or ``[C, n, K]`` class logits (argmax). Balanced accuracy is the mean recall
 over the classes present in a center's split (sklearn's ``balanced_accuracy_score``), computed for
-every center from one scatter-add confusion count.
+every center at once by :func:`~lightning_fed.metrics.balanced_accuracy.balanced_accuracy_rows`.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.metrics.auroc import batched_auroc
+from lightning_fed.metrics.balanced_accuracy import balanced_accuracy_rows
 
 __all__ = ["batched_accuracy", "batched_balanced_accuracy", "batched_macro_auroc", "predicted_class"]
 
@@ -29,25 +30,13 @@ def batched_accuracy(logits: Tensor, y: Tensor, mask: Tensor) -> Tensor:
 
 
 def batched_balanced_accuracy(logits: Tensor, y: Tensor, mask: Tensor, num_classes: int) -> Tensor:
-    """Mean per-class recall over the classes present, per center ``[C]`` (NaN without rows)."""
-    C = y.shape[0]
-    pred, true = predicted_class(logits), y.long()
-    base = torch.arange(C).unsqueeze(1) * num_classes
-    support = torch.zeros(C * num_classes, dtype=torch.float64)
-    correct = torch.zeros(C * num_classes, dtype=torch.float64)
-    support.index_add_(0, (base + true)[mask], torch.ones(int(mask.sum()), dtype=torch.float64))
-    correct.index_add_(
-        0,
-        (base + true)[mask & (pred == true)],
-        torch.ones(int((mask & (pred == true)).sum()), dtype=torch.float64),
-    )
-    support, correct = support.view(C, num_classes), correct.view(C, num_classes)
-    present = support > 0
-    recall = torch.where(present, correct / support.clamp_min(1), torch.zeros_like(support))
-    k = present.sum(1)
-    return torch.where(
-        k > 0, recall.sum(1) / k.clamp_min(1), torch.full((C,), float("nan"), dtype=torch.float64)
-    )
+    """Mean per-class recall over the classes present, per center ``[C]`` (NaN without rows).
+
+    The predicted classes of :func:`predicted_class` through
+    :func:`~lightning_fed.metrics.balanced_accuracy.balanced_accuracy_rows`, the one implementation
+    (the referral tables use it too).
+    """
+    return balanced_accuracy_rows(predicted_class(logits), y, mask, num_classes)
 
 
 def batched_macro_auroc(logits: Tensor, y: Tensor, mask: Tensor) -> Tensor:

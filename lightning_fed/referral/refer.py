@@ -41,15 +41,16 @@ from lightning_fed.seeding import torch_generator
 __all__ = ["default_routers", "draw_entries", "refer", "to_markdown", "write_referral"]
 
 
-def default_routers() -> list[tuple[str, Router]]:
-    """The issue's routers in table order (EdgeDRM first: its traffic is the routing picture)."""
+def default_routers() -> list[Router]:
+    """The six routers in table order (EdgeDRM first: its traffic is the routing picture):
+    EdgeDRM, EdgeDRM w/o prior, count-only, random, EdgeDRM-NR, FedDRM (centralized)."""
     return [
-        ("EdgeDRM", EdgeDRMRouter()),
-        ("EdgeDRM w/o prior", EdgeDRMRouter(prior=False)),
-        ("count-only", CountOnlyRouter()),
-        ("random", RandomRouter()),
-        ("EdgeDRM-NR", NoReferral()),
-        ("FedDRM (centralized)", FedDRMReference()),
+        EdgeDRMRouter(),
+        EdgeDRMRouter(prior=False),
+        CountOnlyRouter(),
+        RandomRouter(),
+        NoReferral(),
+        FedDRMReference(),
     ]
 
 
@@ -87,7 +88,7 @@ def refer(
     seed: int,
     max_hops: int = 2,
     eta: float = 0.0,
-    routers: Sequence[tuple[str, Router]] | None = None,
+    routers: Sequence[Router] | None = None,
     rules: Sequence[PredictionRule] | None = None,
     batch_size: int = 1024,
     device: torch.device | None = None,
@@ -105,7 +106,8 @@ def refer(
         seed: Run seed (entries, random router).
         max_hops: Movement budget ``L``.
         eta: Move threshold.
-        routers: ``(label, router)`` pairs; default :func:`default_routers`.
+        routers: The routers, one block of rows each under its :attr:`~Router.label` (labels must
+            differ); default :func:`default_routers`. The first one's traffic is the routing picture.
         rules: Prediction rules; default hard terminal, uniform and weighted history.
         batch_size: Rows per encoder call.
         device: Compute device.
@@ -114,12 +116,25 @@ def refer(
 
     Returns:
         The table (also written as ``referral.csv`` / ``referral.md`` in ``run_dir``).
+
+    Raises:
+        ValueError: If the graph or potentials do not fit the data, no router is given, or two
+            routers share a label.
     """
     c = data.num_centers
     adjacency = torch.as_tensor(graph.adjacency).to(torch.bool)
     if adjacency.shape != (c, c) or potentials.num_clients != c:
         raise ValueError(f"refer: graph/potentials are for a different number of clients than the data ({c})")
     routers = list(routers) if routers is not None else default_routers()
+    if not routers:
+        raise ValueError("refer: no routers given")
+    labels = [router.label for router in routers]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ValueError(
+            f"refer: two routers share the label {twice[0]!r}; give one another label "
+            "(init_args: {label: ...})"
+        )
     rules = list(rules) if rules is not None else [HardTerminal(), UniformHistory(), WeightedHistory()]
     experts = Experts(module, params, batch_size=batch_size, device=device)
     setup = RouteSetup(adjacency, potentials, experts, max_hops=max_hops, eta=eta, seed=seed)
@@ -129,7 +144,8 @@ def refer(
     entry = draw_entries(source, c, seed)
     tiers = getattr(graph, "tiers", None)
     rows = []
-    for k, (name, router) in enumerate(routers):
+    for k, router in enumerate(routers):
+        name = router.label
         if isinstance(router, FedDRMReference) and router.head is None:
             router.fit([experts.encode(u, cd.x_train) for u, cd in enumerate(data.centers)])
         routes = router.route(x, entry, setup)

@@ -105,12 +105,35 @@ class Routes:
 
 
 class Router(ABC):
-    """A referral rule: ``route(x, entry, setup) -> Routes``."""
+    """A referral rule: ``route(x, entry, setup) -> Routes``, with the label of its table rows.
+
+    A router is built from its own parameters only (a config's ``class_path`` / ``init_args``, e.g.
+    ``lightning-fed refer --routers``); what it routes over (graph, potentials, experts, budget,
+    threshold, seed) comes with each :meth:`route` call in the :class:`RouteSetup`. A new router
+    subclasses this and implements :meth:`scores` (or overrides :meth:`route`).
+
+    Args:
+        label: Its rows' ``router`` value in the referral table (default: :meth:`default_label`).
+    """
 
     #: Whether moves are limited to graph neighbours (False only for the centralized reference).
     graph_constrained: bool = True
     #: Whether the router computes scores (its candidates count as incident scores).
     computes_scores: bool = True
+
+    def __init__(self, label: str | None = None) -> None:
+        if label is not None and not label.strip():
+            raise ValueError("a router's label must not be empty")
+        self._label = label
+
+    @property
+    def label(self) -> str:
+        """The ``router`` value of its rows in the referral table."""
+        return getattr(self, "_label", None) or self.default_label()
+
+    def default_label(self) -> str:
+        """The label when none is given (the class name unless a router names itself)."""
+        return type(self).__name__
 
     def budget(self, setup: RouteSetup) -> int:
         """Moves this router may make (``L`` by default)."""
@@ -178,10 +201,19 @@ class Router(ABC):
 
 
 class EdgeDRMRouter(Router):
-    """EdgeDRM's learned referral (Eq. 6); ``prior=False`` drops the ``log(n_j/n_c)`` offset."""
+    """EdgeDRM's learned referral (Eq. 6); ``prior=False`` drops the ``log(n_j/n_c)`` offset.
 
-    def __init__(self, prior: bool = True) -> None:
+    Args:
+        prior: Keep the sample-count prior ``log(n_j/n_c)`` in the score.
+        label: Table label (default ``"EdgeDRM"``, ``"EdgeDRM w/o prior"`` without the prior).
+    """
+
+    def __init__(self, prior: bool = True, label: str | None = None) -> None:
+        super().__init__(label)
         self.prior = bool(prior)
+
+    def default_label(self) -> str:
+        return "EdgeDRM" if self.prior else "EdgeDRM w/o prior"
 
     def scores(self, current: int, z: Tensor, setup: RouteSetup, hop: int) -> Tensor:
         return setup.potentials.incident_scores(current, z.to(torch.float64), prior=self.prior)
@@ -189,6 +221,9 @@ class EdgeDRMRouter(Router):
 
 class CountOnlyRouter(Router):
     """Count-only referral: score ``log(n_j/n_c)`` with the learned rule's threshold (App. D.2.2)."""
+
+    def default_label(self) -> str:
+        return "count-only"
 
     def scores(self, current: int, z: Tensor, setup: RouteSetup, hop: int) -> Tensor:
         return setup.potentials.log_count_ratio(current).unsqueeze(0).expand(z.shape[0], -1)
@@ -201,6 +236,9 @@ class RandomRouter(Router):
     """
 
     computes_scores = False
+
+    def default_label(self) -> str:
+        return "random"
 
     def threshold(self, setup: RouteSetup) -> float:
         return -torch.inf
@@ -220,6 +258,9 @@ class NoReferral(Router):
 
     computes_scores = False
 
+    def default_label(self) -> str:
+        return "EdgeDRM-NR"
+
     def budget(self, setup: RouteSetup) -> int:
         return 0
 
@@ -238,15 +279,20 @@ class FedDRMReference(Router):
     Args:
         epochs: Full-batch Adam steps.
         lr: Adam learning rate.
+        label: Table label (default ``"FedDRM (centralized)"``).
     """
 
     graph_constrained = False
 
-    def __init__(self, epochs: int = 300, lr: float = 0.05) -> None:
+    def __init__(self, epochs: int = 300, lr: float = 0.05, label: str | None = None) -> None:
+        super().__init__(label)
         if epochs < 1 or not lr > 0:
             raise ValueError(f"FedDRMReference needs epochs >= 1 and lr > 0, got {epochs}, {lr}")
         self.epochs, self.lr = int(epochs), float(lr)
         self.head: Potentials | None = None
+
+    def default_label(self) -> str:
+        return "FedDRM (centralized)"
 
     def fit(self, z: list[Tensor]) -> Potentials:
         """Fit the global source head on client ``u``'s representations ``z[u] [n_u, d]``."""

@@ -10,6 +10,11 @@ same table, on the same queries and entry clients:
 - one row per ``--baselines`` run folder (e.g. a ``LocalOnly`` run on the same data): its models
   answering at the entry client. Its data must be the same federation (same test labels), which
   is checked.
+
+The routers are a plugin list (``routers``: :class:`~lightning_fed.referral.routers.Router`
+objects, each built from its own parameters and labelled by ``Router.label``; default: the six of
+:func:`~lightning_fed.referral.refer.default_routers`); the two kinds of baseline rows are added
+whatever the list.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 
 from lightning_fed.referral.prediction import HardTerminal
 from lightning_fed.referral.refer import refer, write_referral
-from lightning_fed.referral.routers import NoReferral
+from lightning_fed.referral.routers import NoReferral, Router
 
 __all__ = ["refer_run"]
 
@@ -44,6 +49,7 @@ def refer_run(
     max_hops: int | None = None,
     eta: float | None = None,
     out: Path | None = None,
+    routers: Sequence[Router] | None = None,
 ) -> pl.DataFrame:
     """Evaluate referral for ``run_dir`` (an EdgeDRM run) and write the table and picture to ``out``.
 
@@ -54,9 +60,14 @@ def refer_run(
         max_hops: Movement budget L (default: the run's ``algorithm.max_hops``).
         eta: Move threshold (default: the run's ``algorithm.eta``).
         out: Output folder (default ``run_dir``).
+        routers: The routers of the table, each built from its own parameters and labelled by its
+            :attr:`~lightning_fed.referral.routers.Router.label` (default: the six of
+            :func:`~lightning_fed.referral.refer.default_routers`). The stage-I and ``baselines`` rows
+            are added whatever the routers.
 
     Raises:
-        ValueError: If ``run_dir`` holds no routing potentials or a baseline's data differ.
+        ValueError: If ``run_dir`` holds no routing potentials, a baseline's data differ or two
+            routers share a label.
     """
     fed = load(run_dir)
     alg = fed.algorithm
@@ -77,7 +88,7 @@ def refer_run(
         "eta": threshold,
     }
     params = fed.center_params()
-    tables = [refer(out, fed.module, params, fed.data, **common)]
+    tables = [refer(out, fed.module, params, fed.data, routers=routers, **common)]
     entry_only = {"rules": [HardTerminal()], "write": False}
     if alg.stage1_head is not None:
         stage1 = {**params, **{n: t.to(params[n]) for n, t in alg.stage1_head.items()}}
@@ -87,7 +98,7 @@ def refer_run(
                 fed.module,
                 stage1,
                 fed.data,
-                routers=[("DFedAvgM (stage I)", NoReferral())],
+                routers=[NoReferral(label="DFedAvgM (stage I)")],
                 **common,
                 **entry_only,
             )
@@ -102,7 +113,7 @@ def refer_run(
                 other.module,
                 other.center_params(),
                 other.data,
-                routers=[(label, NoReferral())],
+                routers=[NoReferral(label=label)],
                 **common,
                 **entry_only,
             )

@@ -275,7 +275,8 @@ def isolation_plot(runs_root: Path, path: Path) -> Path:
                 alpha=0.15,
             )
     ax.set_xlabel("round")
-    ax.set_ylabel("isolation rate (% of centers with no partner)")
+    # metrics/isolation.py: no bytes sent or received (ABPS: resting, no partner)
+    ax.set_ylabel("isolation rate (% of centers that exchanged nothing)")
     several = int(agg["n"].max()) > 1
     ax.set_title("Per-round isolation" + (" (mean over seeds, band: min-max)" if several else ""))
     ax.grid(True, alpha=0.3)

@@ -1,12 +1,14 @@
 """Collect run directories and aggregate them into the ABPS paper's Table 1 (Sec. 6.3-6.4).
 
-A run directory is any folder holding a ``summary.json`` (written by ``lightning-fed fit``). The
-config file a run came from is not stored, so a run's *method label* is derived from its directory
-name: a trailing seed suffix is removed, so ``abps_x-seed3``, ``abps_x_seed3`` and the default
-``abps-seed0-20261129-141200`` (``<method>-seed<seed>-<timestamp>``) give ``abps_x``, ``abps_x`` and
-``abps``. A directory named only ``seed<N>`` (layout ``root/<label>/seed<N>/``) takes its parent's
-name; when no name is left (or the parent is ``root`` itself) the label is ``summary["method"]``
-lower-cased.
+A run directory is any folder holding a ``summary.json`` (written by ``lightning-fed fit``). Runs
+are grouped by the *method label* and seed their summary records (``label``: ``output.label``,
+by default the stems of the run's ``--config`` files, e.g. ``abps_x``; a sweep records its cell
+name), never by their folder names, so folders named in any way (a W&B agent's, ``M-s0``,
+``M-s1``...) group correctly. Only summaries written before labels were recorded fall back to the
+folder name: a trailing seed suffix is removed, so ``abps_x-seed3``, ``abps_x_seed3`` and
+``abps-seed0-20261129-141200`` give ``abps_x``, ``abps_x`` and ``abps``; a directory named only
+``seed<N>`` (layout ``root/<label>/seed<N>/``) takes its parent's name; when no name is left the
+label is ``summary["method"]`` lower-cased.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ _RUN_SCHEMA: dict[str, pl.DataType] = {
 
 
 def method_label(run_dir: Path, summary: dict, root: Path | None = None) -> str:
-    """Method label of a run: its directory name without a trailing seed suffix.
+    """Method label of a run: ``summary["label"]``; for older summaries without one, the directory
+    name without a trailing seed suffix (module docstring).
 
     Args:
         run_dir: The run directory.
@@ -50,6 +53,8 @@ def method_label(run_dir: Path, summary: dict, root: Path | None = None) -> str:
     Returns:
         The label, e.g. ``"abps_x"`` for ``abps_x-seed2-20261129-141200``.
     """
+    if summary.get("label"):
+        return str(summary["label"])
     label = _SEED_SUFFIX.sub("", run_dir.name)
     if not label and run_dir.parent != root and run_dir.parent != run_dir:
         label = _SEED_SUFFIX.sub("", run_dir.parent.name)
@@ -115,7 +120,16 @@ def collect_runs(root: Path) -> pl.DataFrame:
         )
     if not rows:
         raise ValueError(f"no run directories (folders with summary.json) under {root}")
-    return pl.DataFrame(rows, schema=_RUN_SCHEMA).sort("method", "seed", "run")
+    runs = pl.DataFrame(rows, schema=_RUN_SCHEMA).sort("method", "seed", "run")
+    twice = runs.filter(pl.struct("method", "seed").is_duplicated())
+    if twice.height:
+        first = twice.row(0, named=True)
+        same = twice.filter((pl.col("method") == first["method"]) & (pl.col("seed") == first["seed"]))
+        raise ValueError(
+            f"runs {', '.join(same['path'])} are all method {first['method']!r} with seed {first['seed']}: "
+            "a table counts each seed once, so remove the extra runs or report them separately"
+        )
+    return runs
 
 
 def table1(runs: pl.DataFrame) -> pl.DataFrame:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from lightning.fabric import Fabric
 from torch import Tensor, nn
 
 from lightning_fed.algorithms import DisPFL
@@ -319,8 +320,9 @@ def test_set_params_zeroes_outside_the_mask_and_none_unmasks(monkeypatch: pytest
 def _fed(engine, rounds: int = 2) -> Federation:
     data = Digits(num_clients=4, max_per_client=60, transforms=False).build(0)
     algo = DisPFL(topology=Cycle(), anneal_rounds=2, score_batch_size=16)
-    trainer = TrainerConfig(rounds=rounds, local_epochs=1, batch_size=16, engine=engine, dtype="float64")
-    return Federation(data, SmallCNN(num_classes=10, embed_dim=16), algo, trainer, seed=3)
+    trainer = TrainerConfig(rounds=rounds, local_epochs=1, batch_size=16, engine=engine)
+    fabric = Fabric(accelerator="cpu", devices=1, precision="64-true")
+    return Federation(data, SmallCNN(num_classes=10, embed_dim=16), algo, trainer, fabric=fabric, seed=3)
 
 
 def test_federation_trains_sparse_models_identically_on_both_engines() -> None:

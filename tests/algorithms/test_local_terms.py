@@ -150,8 +150,8 @@ def test_packed_engine_matches_sequential_with_local_terms(make) -> None:
             data,
             MortalityMLP(hidden=(8, 4), dropout=0.0),
             make(),
-            TrainerConfig(rounds=2, batch_size=16, engine=engine, dtype="float64"),
-            fabric=Fabric(accelerator="cpu", devices=1),
+            TrainerConfig(rounds=2, batch_size=16, engine=engine),
+            fabric=Fabric(accelerator="cpu", devices=1, precision="64-true"),
             seed=3,
         )
         fed.fit()
@@ -168,8 +168,8 @@ def test_zero_weight_terms_reduce_to_fedavg() -> None:
             data,
             MortalityMLP(hidden=(8, 4), dropout=0.0),
             algo,
-            TrainerConfig(rounds=2, batch_size=16, dtype="float64"),
-            fabric=Fabric(accelerator="cpu", devices=1),
+            TrainerConfig(rounds=2, batch_size=16),
+            fabric=Fabric(accelerator="cpu", devices=1, precision="64-true"),
             seed=1,
         )
         fed.fit()

@@ -6,7 +6,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torchmetrics.functional.classification import binary_auroc
 
-from lightning_fed.metrics import CenterAUROC, batched_auroc, pooled_auroc
+from lightning_fed.metrics import batched_auroc, fragile_auroc, pooled_auroc
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -100,61 +100,45 @@ def _center_data(seed: int, n: int = 600, c: int = 7):
 
 
 @pytest.mark.filterwarnings("ignore:No positive samples")
-def test_center_auroc_matches_sklearn_and_torchmetrics():
+def test_batched_auroc_matches_torchmetrics_except_on_a_single_class():
     scores, targets, centers = _center_data(2)
-    metric = CenterAUROC(num_centers=7)
-    for chunk in torch.arange(600).split(97):  # several interleaved updates
-        metric.update(scores[chunk], targets[chunk], centers[chunk])
-    out = metric.compute()
-    assert out.shape == (7,) and out.dtype == torch.float64
+    width = int(torch.bincount(centers).max())
+    pad_s, pad_t = torch.zeros(7, width, dtype=torch.float64), torch.zeros(7, width, dtype=torch.long)
+    mask = torch.zeros(7, width, dtype=torch.bool)
     for c in range(7):
         sel = centers == c
-        expected = _sk(scores[sel], targets[sel])
-        if math.isnan(expected):
-            assert math.isnan(out[c])
+        k = int(sel.sum())
+        pad_s[c, :k], pad_t[c, :k], mask[c, :k] = scores[sel], targets[sel], True
+    out = batched_auroc(pad_s, pad_t, mask)
+    for c in range(7):
+        sel = centers == c
+        if torch.isnan(out[c]):
             continue
-        assert abs(out[c].item() - expected) < 1e-12
         assert abs(out[c].item() - binary_auroc(scores[sel], targets[sel]).item()) < 1e-6
     assert torch.isnan(out[[0, 6]]).all()
     # torchmetrics returns 0.0 for a single-class center, we return NaN
     assert binary_auroc(scores[centers == 0], targets[centers == 0]).item() == 0.0
 
 
-@pytest.mark.filterwarnings("ignore:The ``compute`` method")
-def test_center_auroc_reset_and_empty():
-    metric = CenterAUROC(num_centers=3)
-    assert torch.isnan(metric.compute()).all()
-    metric.update(torch.tensor([0.2, 0.8]), torch.tensor([0, 1]), torch.tensor([1, 1]))
-    assert metric.compute()[1].item() == 1.0
-    metric.reset()
-    metric.update(torch.tensor([0.2, 0.8]), torch.tensor([1, 0]), torch.tensor([1, 1]))
-    assert metric.compute()[1].item() == 0.0
-
-
-def test_center_auroc_merge_states_equals_single_metric():
-    scores, targets, centers = _center_data(3)
-    full = CenterAUROC(num_centers=7)
-    full.update(scores, targets, centers)
-    a, b = CenterAUROC(num_centers=7), CenterAUROC(num_centers=7)
-    a.update(scores[:250], targets[:250], centers[:250])
-    b.update(scores[250:400], targets[250:400], centers[250:400])
-    b.update(scores[400:], targets[400:], centers[400:])
-    a.merge_state(b)
-    torch.testing.assert_close(a.compute(), full.compute(), equal_nan=True, rtol=0, atol=1e-15)
-
-
-def test_center_auroc_validation():
-    metric = CenterAUROC(num_centers=2)
-    with pytest.raises(ValueError, match="center_ids"):
-        metric.update(torch.zeros(2), torch.zeros(2), torch.tensor([0, 2]))
-    with pytest.raises(ValueError, match="center_ids"):
-        metric.update(torch.zeros(2), torch.zeros(2), torch.tensor([0.0, 1.0]))
-    with pytest.raises(ValueError, match="shape"):
-        metric.update(torch.zeros(2), torch.zeros(3), torch.zeros(2, dtype=torch.long))
-    with pytest.raises(ValueError, match="finite"):
-        metric.update(torch.tensor([0.0, float("nan")]), torch.zeros(2), torch.zeros(2, dtype=torch.long))
-    with pytest.raises(ValueError, match="num_centers"):
-        CenterAUROC(num_centers=0)
+def test_fragile_auroc_binary_and_multiclass():
+    """Binary rows: 1 positive (fragile), 2 + 2 (sound), 1 negative (fragile), one class (undefined).
+    Three classes: a class with one case (fragile), every class twice (sound)."""
+    targets = torch.tensor([[0, 0, 0, 1, 0], [0, 1, 0, 1, 0], [1, 1, 0, 1, 1], [0, 0, 0, 0, 0]])
+    mask = torch.ones_like(targets, dtype=torch.bool)
+    mask[1, 4] = False  # padding is not a case
+    scores = torch.rand(4, 5, generator=_gen(5))
+    auroc = batched_auroc(scores, targets, mask)
+    assert fragile_auroc(auroc, targets, mask).tolist() == [True, False, True, False]
+    three = torch.tensor([[0, 0, 1, 2, 2, 1], [0, 0, 1, 1, 2, 2]])
+    defined = torch.tensor([0.7, 0.6], dtype=torch.float64)
+    assert fragile_auroc(defined, three, torch.ones_like(three, dtype=torch.bool)).tolist() == [False, False]
+    three[0, 2] = 0  # class 1 now has one case
+    assert fragile_auroc(defined, three, torch.ones_like(three, dtype=torch.bool)).tolist() == [True, False]
+    undefined = torch.tensor([float("nan"), 0.6], dtype=torch.float64)
+    assert fragile_auroc(undefined, three, torch.ones_like(three, dtype=torch.bool)).tolist() == [
+        False,
+        False,
+    ]
 
 
 def test_pooled_auroc_matches_sklearn():

@@ -76,3 +76,14 @@ def test_refer_on_a_missing_folder_is_clear(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit):
         main(["refer", f"--run-dir={tmp_path / 'nope'}"])
     assert "no config.yaml" in capsys.readouterr().err
+
+
+def test_refer_routers_from_the_command_line(tmp_path: Path) -> None:
+    """``--routers`` (class_path entries) replaces the six default routers; the stage-I row stays."""
+    edrm = _fit(tmp_path, "edgedrm", *EDGEDRM)
+    routers = (
+        "--routers=[{class_path: lightning_fed.referral.routers.EdgeDRMRouter, "
+        "init_args: {prior: false, label: mine}}]"
+    )
+    main(["refer", f"--run-dir={edrm}", routers])
+    assert set(pl.read_csv(edrm / "referral.csv")["router"]) == {"mine", "DFedAvgM (stage I)"}

@@ -1,9 +1,10 @@
 """The ABPS partner selector: filter, Beta posterior, UCB and propose-reject, connected.
 
-This is the decision plugin of Algorithm 1 lines 11-22 and 27-31: :meth:`BayesianSelector.select`
-returns the round's symmetric partner sets; :meth:`BayesianSelector.observe` folds Shapley
-credits into the posterior. The math lives in the pure modules beside it (posterior, ucb,
-matching, filter); this class only holds the state and the settings.
+This is the :class:`~lightning_fed.selection.PartnerSelector` of Algorithm 1 lines 11-22 and 27-31:
+:meth:`BayesianSelector.select` returns the round's symmetric partner sets;
+:meth:`BayesianSelector.observe` folds Shapley credits into the posterior (it :attr:`learns`, so ABPS
+computes the credit). The math lives in the pure modules beside it (posterior, ucb, matching,
+filter); this class only holds the state and the settings.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from lightning_fed.selection.abps.filter import GOALS, candidate_mask
 from lightning_fed.selection.abps.matching import propose_reject
 from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
 from lightning_fed.selection.abps.ucb import ucb
+from lightning_fed.selection.base import PartnerSelector
 
 __all__ = ["BayesianSelector", "GoalFilter"]
 
@@ -70,7 +72,7 @@ class GoalFilter:
         )
 
 
-class BayesianSelector:
+class BayesianSelector(PartnerSelector):
     """Epsilon-greedy UCB propose-reject over Beta beliefs of Shapley utility.
 
     Args:
@@ -84,6 +86,8 @@ class BayesianSelector:
         phi_max: Upper clip (paper: +0.1).
         filter: Optional goal-aware pre-filter; None admits every peer (base ABPS).
     """
+
+    learns = True
 
     def __init__(
         self,

@@ -1,0 +1,114 @@
+"""One exchange path (architecture decision 9): send over the wire, validate, drop the rejected.
+
+Every method moves what crosses between centers through :func:`exchange`: the payload goes over the
+:class:`~lightning_fed.comm.wire.Wire` (encoded by its hook, bytes booked on the ledger, configured
+faults injected), every receiver validates what it decoded (:meth:`Wire.accept
+<lightning_fed.comm.wire.Wire.accept>`, plus an optional method-specific test) and the rejected
+messages are dropped, their bytes staying on the ledger. :func:`peer_exchange` is the common case
+of peers sending rows of their stacked shared parameters to each other, each receiver validating
+against its own. Methods differ only in who sends to whom (``src``, ``dst``) and in the weights
+with which they mix what arrived (:func:`~lightning_fed.aggregation.mixing.mix_received`).
+
+Users: FedAvg and its star variants (upload to and download from the server), ABPS (partner
+exchange and metadata descriptors), DeceFL / DFedAvgM / EdgeDRM, DeFTA, WPFed (codes and models)
+and DisPFL (sparse values and packed masks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from lightning_fed.comm.wire import Wire
+
+__all__ = ["Delivery", "exchange", "peer_exchange", "rows"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What arrived from one :func:`exchange`: the accepted messages only.
+
+    Attributes:
+        received: Decoded accepted messages ``{name: [E', ...]}`` in send order; a broadcast (a
+            tensor with one row sent to several receivers) is one message and stays whole ``[1, ...]``.
+        src: Senders of the accepted messages ``[E']`` (int64, CPU).
+        dst: Their receivers ``[E']``.
+        accepted: Bool ``[E]`` over every message sent: True where the receiver accepted it.
+    """
+
+    received: dict[str, Tensor]
+    src: Tensor
+    dst: Tensor
+    accepted: Tensor
+
+
+def rows(tensors: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    """``{name: t[index]}`` for stacked tensors (``index_select`` on each tensor's device)."""
+    return {n: t.index_select(0, index.to(t.device)) for n, t in tensors.items()}
+
+
+def exchange(
+    wire: Wire,
+    payload: dict[str, Tensor],
+    src: Tensor,
+    dst: Tensor,
+    round_idx: int,
+    own: dict[str, Tensor] | None = None,
+    checked: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None,
+    valid: Callable[[dict[str, Tensor]], Tensor] | None = None,
+) -> Delivery:
+    """Send ``payload[e]`` from ``src[e]`` to ``dst[e]``, validate at the receivers, keep the accepted.
+
+    Nothing is sent (and nothing booked) when there is no edge.
+
+    Args:
+        wire: The wire (hook, ledger, faults, norm defence).
+        payload: Tensors with leading dimension ``E`` (one message per edge) or 1 (the same message
+            to every edge: encoded once, booked once per edge).
+        src: Sender ids ``[E]`` (center ids or :data:`~lightning_fed.comm.ledger.SERVER`).
+        dst: Receiver ids ``[E]``.
+        round_idx: The round the bytes and rejections are booked to.
+        own: The receivers' references for the norm test (:meth:`Wire.accept`), leading dimension
+            ``E`` or 1, the same names as what the test sees; None: the median of the received norms
+            (a receiver with no model of its own, the FedAvg server).
+        checked: What the norm test sees of the decoded payload (default: all of it), e.g. only the
+            values of a payload that also carries masks.
+        valid: A further receiver-side test, bool ``[E]`` on the decoded payload (e.g. well-formed
+            masks); a message failing it is dropped too but is not counted as a wire rejection.
+
+    Returns:
+        The :class:`Delivery` of the accepted messages.
+    """
+    src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
+    if not len(src):
+        return Delivery({n: t[:0] for n, t in payload.items()}, src, dst, torch.zeros(0, dtype=torch.bool))
+    received = wire.send(payload, src, dst, round_idx)
+    accepted = wire.accept(received if checked is None else checked(received), own, round_idx)
+    if valid is not None:
+        accepted = accepted & valid(received).cpu()
+    if not bool(accepted.all()):
+        keep = torch.nonzero(accepted).reshape(-1)
+        received = {
+            n: t.index_select(0, keep.to(t.device)) if len(t) == len(src) else t for n, t in received.items()
+        }
+        src, dst = src[keep], dst[keep]
+    return Delivery(received, src, dst, accepted)
+
+
+def peer_exchange(
+    wire: Wire, shared: dict[str, Tensor], src: Tensor, dst: Tensor, round_idx: int
+) -> Delivery:
+    """Peers send ``shared[src[e]]`` to ``dst[e]``; each receiver validates against its own ``shared``.
+
+    Args:
+        wire: The wire.
+        shared: Every center's stacked shared parameters ``{name: [C, ...]}``.
+        src: Senders ``[E]``.
+        dst: Receivers ``[E]``.
+        round_idx: The round.
+    """
+    src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
+    return exchange(wire, rows(shared, src), src, dst, round_idx, own=rows(shared, dst))

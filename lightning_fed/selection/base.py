@@ -1,0 +1,103 @@
+"""The partner-selection plugin: who exchanges with whom each round (architecture decision 10).
+
+A :class:`PartnerSelector` is a decision plugin of :class:`~lightning_fed.algorithms.ABPS`: the
+algorithm calls :meth:`~PartnerSelector.select` every round and uses the symmetric partner sets it
+returns, exchanges and averages with the selected partners, and, when the selector
+:attr:`~PartnerSelector.learns`, computes the Shapley credit of every partner and hands it to
+:meth:`~PartnerSelector.observe`. Its :meth:`~PartnerSelector.state_dict` is part of the
+algorithm's checkpoint. It is an abstract base class rather than a ``typing.Protocol`` so that
+jsonargparse can list and build its subclasses from ``class_path`` / ``init_args``.
+
+Shipped selectors: :class:`~lightning_fed.selection.abps.BayesianSelector` (ABPS: Beta posterior,
+UCB, propose-reject; learns), :class:`~lightning_fed.selection.RandomPartners` (``kappa`` random
+partners a round) and :class:`~lightning_fed.selection.GraphNeighbours` (the neighbours on a
+fixed graph); the two baselines learn nothing, so ABPS spends no compute on credit for them.
+
+:func:`partner_edges` and :func:`partner_lists` convert between partner sets and the directed edges
+``(src, dst)`` that cross the wire.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from lightning_fed.selection.abps.selector import GoalFilter
+
+__all__ = ["PartnerSelector", "partner_edges", "partner_lists"]
+
+
+class PartnerSelector(ABC):
+    """Chooses each round's symmetric partner sets; may learn from the partners' credit.
+
+    Attributes:
+        learns: Whether :meth:`observe` uses the credit it is given. ABPS computes the Shapley
+            credit (a batch of coalition evaluations every round, its costliest step) only for a
+            selector that learns.
+        filter: A goal-aware metadata pre-filter whose descriptors ABPS publishes over the wire
+            (None: nothing is published). A selector with a filter also holds ``candidates``, a bool
+            ``[C, C]`` that ABPS refreshes as descriptors arrive.
+        kappa: The most partners a center has in a round (set by :meth:`setup` at the latest); ABPS
+            books a resting center's saved bytes as ``kappa`` halves of a partnership.
+    """
+
+    learns: bool = False
+    filter: GoalFilter | None = None
+    kappa: int
+
+    @abstractmethod
+    def setup(self, metadata: Tensor, seed: int) -> None:
+        """Called once before training with the centers' descriptors ``[C, d]`` and the run seed."""
+
+    @abstractmethod
+    def select(self, round_idx: int, available: Tensor | None = None) -> list[list[int]]:
+        """Partner sets ``P_i`` of round ``round_idx``: symmetric (``j in P[i]`` iff ``i in P[j]``).
+
+        Args:
+            round_idx: The round (draws are derived from the run seed and the round).
+            available: Optional bool ``[C]``; a center marked False has no partner and is nobody's.
+
+        Returns:
+            One list per center (an empty one: the center rests this round).
+        """
+
+    def partners_everyone(self, num_centers: int) -> bool:
+        """Whether every center may partner all ``num_centers - 1`` others in a round (after
+        :meth:`setup`); default ``kappa >= num_centers - 1``. ABPS is then FedAvg at a multiple of
+        its bytes, and warns."""
+        return self.kappa >= num_centers - 1
+
+    def observe(self, i: Tensor, j: Tensor, phi: Tensor) -> None:  # noqa: B027 (no-op by default)
+        """Credit ``phi_{j->i}`` of partner ``j`` to receiver ``i`` (called only when :attr:`learns`)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """State that must survive a checkpoint (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (stateless by default)
+        """Restore :meth:`state_dict`."""
+
+
+def partner_edges(partners: list[list[int]]) -> tuple[Tensor, Tensor]:
+    """Directed edges ``(src, dst)`` of partner sets: ``j -> i`` for every ``j in P_i``, in that order.
+
+    With symmetric sets this is both directions of every partnership. int64 ``[E]`` each.
+    """
+    src = [j for ps in partners for j in ps]
+    dst = [i for i, ps in enumerate(partners) for _ in ps]
+    return torch.tensor(src, dtype=torch.int64), torch.tensor(dst, dtype=torch.int64)
+
+
+def partner_lists(src: Tensor, dst: Tensor, num_centers: int) -> list[list[int]]:
+    """Partner sets from directed edges: ``P_i`` = the senders of the edges into ``i``, in edge order.
+
+    The inverse of :func:`partner_edges`.
+    """
+    partners: list[list[int]] = [[] for _ in range(num_centers)]
+    for j, i in zip(src.tolist(), dst.tolist(), strict=True):
+        partners[i].append(j)
+    return partners

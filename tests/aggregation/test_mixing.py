@@ -1,0 +1,29 @@
+"""The one mixing function: mix_received over what arrived, and row renormalization."""
+
+from __future__ import annotations
+
+import torch
+
+from lightning_fed.aggregation import mix, mix_received, renormalize
+
+
+def test_mix_received_equals_the_mixing_matrix_on_a_three_center_toy() -> None:
+    """theta = (2, 4, 8); messages 1 -> 0, 2 -> 0, 0 -> 2 with a = (1/2, 1, 3/4), b = (1/4, 1/4, 1/4):
+    theta_0 = 1 + 1 + 2 = 4, theta_1 = 4, theta_2 = 6 + 0.5 = 6.5, which is mix() with
+    M = [[1/2, 1/4, 1/4], [0, 1, 0], [1/4, 0, 3/4]]."""
+    theta = {"t": torch.tensor([[2.0], [4.0], [8.0]])}
+    src, dst = torch.tensor([1, 2, 0]), torch.tensor([0, 0, 2])
+    a = torch.tensor([0.5, 1.0, 0.75], dtype=torch.float64)
+    b = torch.full((3,), 0.25, dtype=torch.float64)
+    out = mix_received(theta, {"t": theta["t"][src]}, dst, a, b)
+    assert out["t"].reshape(-1).tolist() == [4.0, 4.0, 6.5]
+    m = torch.tensor([[0.5, 0.25, 0.25], [0.0, 1.0, 0.0], [0.25, 0.0, 0.75]], dtype=torch.float64)
+    assert torch.equal(out["t"], mix(theta, m)["t"])
+
+
+def test_renormalize_over_what_arrived() -> None:
+    """n = (30, 10, 20), 1 -> 0 and 0 -> 1 arrived: rows {0: 30/40, 10/40}, {1: 10/40, 30/40}, 2 alone."""
+    n = torch.tensor([30.0, 10.0, 20.0], dtype=torch.float64)
+    src, dst = torch.tensor([1, 0]), torch.tensor([0, 1])
+    self_w, edge_w = renormalize(n, n[src], dst)
+    assert self_w.tolist() == [0.75, 0.25, 1.0] and edge_w.tolist() == [0.25, 0.75]
