@@ -21,7 +21,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["fit_parser", "main"]
 
@@ -89,7 +89,7 @@ def fit_parser() -> Any:
     return parser
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     print(f"lightning-fed: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -331,7 +331,7 @@ def _resume_argv(argv: list[str]) -> tuple[list[str], Path | None]:
     return argv, None
 
 
-def _interrupt_exit(run_dir: Path, federation: Any) -> None:
+def _interrupt_exit(run_dir: Path, federation: Any) -> NoReturn:
     """One line on Ctrl-C / SIGTERM during ``fit`` (files stay intact: every write is atomic)."""
     from lightning_fed.runfolder import folder_state
     from lightning_fed.runfolder.state import State
@@ -377,7 +377,6 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     finally:
         if lock is not None:
             _release(lock, run_dir, created)
-    raise AssertionError("unreachable")
 
 
 def _build_run(
