@@ -425,10 +425,11 @@ def _fabric(settings: Any, callbacks: list[Any], loggers: list[Any]) -> Any:
     try:
         return settings.build(callbacks, loggers)
     except (ValueError, RuntimeError, TypeError, ImportError) as err:
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        from lightning_fed.validation import first_line
+
         _fail(
             f"fabric (accelerator={settings.accelerator!r}, devices={settings.devices}, "
-            f"precision={settings.precision!r}): {first}"
+            f"precision={settings.precision!r}): {first_line(err, limit=None)}"
         )
 
 

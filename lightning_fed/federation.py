@@ -149,6 +149,12 @@ class Federation:
         return self.precision.autocast
 
     @property
+    def pooled(self) -> bool:
+        """Whether some model is trained on several centers' rows (Centralized): no per-center
+        exchange, so no ledger isolation either."""
+        return bool(torch.bincount(self.assignment).max() > 1)
+
+    @property
     def wall_seconds(self) -> float:
         """Wall seconds of fitting so far, summed over every segment of a resumed run (each segment
         counts from its start; rounds redone after a kill count once, in the segment that kept them)."""
@@ -265,7 +271,6 @@ class Federation:
         bytes_per_center = ledger.per_center(self.data.num_centers, r)
         # Ledger isolation (metrics/isolation.py) for every method; an algorithm's own
         # isolation_rate (ABPS: rested share) overrides it. A pooled model (Centralized) has none.
-        pooled = bool(torch.bincount(self.assignment).max() > 1)
         stats = {
             "bytes_vs_fedavg": ledger.total() / fedavg_bytes,
             "seconds_train": t1 - t0,
@@ -273,7 +278,7 @@ class Federation:
             "seconds_eval": t3 - t2,
             "seconds_collectives": self.collective_seconds - collective_start,
             **self._fault_stats(r),
-            **({} if pooled else round_isolation(bytes_per_center)),
+            **({} if self.pooled else round_isolation(bytes_per_center)),
             **self.algorithm.round_stats(),
         }
         return RoundResult(
@@ -335,7 +340,6 @@ class Federation:
         t, v = summarize(test.auroc), summarize(val.auroc)
         total = self.wire.ledger.total()
         fedavg_total = max(1, self.round) * 2 * self.data.num_centers * self.fedavg_message_bytes
-        pooled = bool(torch.bincount(self.assignment).max() > 1)
         by_round = self.wire.ledger.per_center_by_round(self.data.num_centers, self.round)
         return {
             "bytes_vs_fedavg": total / fedavg_total,
@@ -359,7 +363,7 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
-            **({} if pooled else run_isolation(by_round)),
+            **({} if self.pooled else run_isolation(by_round)),
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }

@@ -306,9 +306,10 @@ class _Scheduler:
     """
 
     def __init__(self, runs: Sequence[SweepRun], pending: Sequence[SweepRun]) -> None:
-        self.fits = [r for r in pending if not r.fitted]
-        self.refers = [r for r in pending if r.refer_baselines is not None]
+        # One look at each folder (a complete-run check reads the summary, parquet and checkpoint).
         self.fitted = {r.run_dir for r in runs if r.fitted}
+        self.fits = [r for r in pending if r.run_dir not in self.fitted]
+        self.refers = [r for r in pending if r.refer_baselines is not None]
         self.failed: set[Path] = set()
         self.status: dict[str, str] = {}
         self.in_flight = 0
@@ -375,8 +376,9 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
     """
     if processes < 1:
         raise ValueError(f"sweep.processes must be >= 1, got {processes}")
-    status = {r.name: "skipped" for r in runs if r.done}
-    pending = [r for r in runs if not r.done]
+    done = {r.name for r in runs if r.done}
+    status = dict.fromkeys(done, "skipped")
+    pending = [r for r in runs if r.name not in done]
     threads = max(1, (os.cpu_count() or 1) // processes)
     scheduler = _Scheduler(runs, pending)
     children = _Processes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
-__all__ = ["check_int", "check_number"]
+__all__ = ["check_int", "check_number", "first_line"]
 
 
 def check_int(name: str, value: object, low: int) -> int:
@@ -15,6 +15,13 @@ def check_int(name: str, value: object, low: int) -> int:
     if value < low:
         raise ValueError(f"{name} must be >= {low}, got {value}")
     return int(value)
+
+
+def first_line(err: BaseException, limit: int | None = 160) -> str:
+    """The first line of ``err``'s message (its type name when the message is empty), cut to
+    ``limit`` characters: what a one-line error quotes of an exception raised by a library."""
+    lines = str(err).strip().splitlines()
+    return (lines[0] if lines else type(err).__name__)[:limit]
 
 
 def check_number(name: str, value: object, low: float, *, strict: bool) -> float:

@@ -28,6 +28,7 @@ from lightning_fed.io import save_torch
 from lightning_fed.runfolder import config_fingerprint, fingerprinted
 from lightning_fed.runfolder.state import read_checkpoint
 from lightning_fed.types import RoundResult
+from lightning_fed.validation import first_line
 
 __all__ = ["Checkpoint"]
 
@@ -92,9 +93,8 @@ class Checkpoint(Callback):
             for cb, cb_state in zip(self.stateful, callbacks, strict=True):
                 cb.load_state_dict(cb_state)
         except (KeyError, RuntimeError, ValueError, TypeError, IndexError) as err:
-            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise ValueError(
-                f"checkpoint {self.path} does not fit this federation ({first[:160]}): it was written "
+                f"checkpoint {self.path} does not fit this federation ({first_line(err)}): it was written "
                 "by another config"
             ) from None
         return federation.round

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_fed.runfolder.lock import LOCK_NAME
+from lightning_fed.validation import first_line
 
 __all__ = ["FolderState", "State", "clean_stale_temporaries", "folder_state", "read_checkpoint"]
 
@@ -52,20 +53,19 @@ def read_checkpoint(path: str | Path, mmap: bool = False) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ValueError(
             f"checkpoint {path} was refused: it holds objects other than tensors and plain containers "
-            f"({first[:160]}); only load checkpoints written by lightning-fed"
+            f"({first_line(err)}); only load checkpoints written by lightning-fed"
         ) from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"checkpoint {path} is truncated or corrupt ({first[:160]})") from None
+        raise ValueError(f"checkpoint {path} is truncated or corrupt ({first_line(err)})") from None
     if not isinstance(state, dict) or not isinstance(state.get("federation"), dict):
         raise ValueError(f"checkpoint {path} is not a lightning-fed checkpoint (no federation state)")
     return state
 
 
-def _parquet_rounds(path: Path) -> tuple[int, int] | None:
+def _parquet_rounds(path: Path) -> tuple[int, int]:
+    """How many distinct rounds ``path`` holds and the last one (-1 when empty)."""
     import polars as pl
 
     frame = pl.scan_parquet(path).select(
@@ -97,7 +97,7 @@ def _complete(run_dir: Path) -> str:
     parquet = run_dir / "rounds.parquet"
     if rounds > 0:
         try:
-            n, top = _parquet_rounds(parquet) or (0, -1)
+            n, top = _parquet_rounds(parquet)
         except Exception as err:  # polars raises its own error types for missing or broken files
             return f"{parquet} is unreadable ({type(err).__name__})"
         if n != rounds or top != rounds - 1:
