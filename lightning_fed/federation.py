@@ -168,9 +168,31 @@ class Federation:
         return timer.total if timer is not None else 0.0
 
     @property
+    def reference_message_bytes(self) -> int:
+        """Bytes of one float32 message of the reference model, ``4 P_ref``: the denominator's unit.
+
+        ``P_ref`` is :meth:`CenterModule.reference_parameters
+        <lightning_fed.models.base.CenterModule.reference_parameters>`: the run's model's whole
+        parameter count (personal layers included, as plain FedAvg sends them), except that a model
+        which replaces another declares the replaced one's (the Bayesian MLP: the MLP's).
+        """
+        return int(self.module.reference_parameters()) * 4
+
+    @property
     def fedavg_message_bytes(self) -> int:
-        """Bytes of one full float32 model: FedAvg's message, the reference for bandwidth ratios."""
-        return sum(p.numel() for p in self.module.parameters()) * 4
+        """Alias of :attr:`reference_message_bytes` (the name before the reference was declared)."""
+        return self.reference_message_bytes
+
+    def fedavg_reference_bytes(self, rounds: int) -> int:
+        """Bytes float32 FedAvg of the reference model sends in ``rounds`` rounds:
+        ``rounds * 2 * C * 4 P_ref`` (one upload and one download per center per round)."""
+        return rounds * 2 * self.data.num_centers * self.reference_message_bytes
+
+    @property
+    def round_budget(self) -> int:
+        """The rounds the fixed reference covers: ``trainer.rounds`` (or the rounds already run, if a
+        resume shortened the budget below them; at least 1)."""
+        return max(1, self.trainer.rounds, self.round)
 
     @property
     def num_shared_parameters(self) -> int:
@@ -267,12 +289,14 @@ class Federation:
         val, test = self.evaluate("val"), self.evaluate("test")
         t3 = time.perf_counter()
         ledger = self.wire.ledger
-        fedavg_bytes = (r + 1) * 2 * self.data.num_centers * self.fedavg_message_bytes
         bytes_per_center = ledger.per_center(self.data.num_centers, r)
         # Ledger isolation (metrics/isolation.py) for every method; an algorithm's own
         # isolation_rate (ABPS: rested share) overrides it. A pooled model (Centralized) has none.
+        # Bandwidth (see summary): the fixed whole-budget reference, growing to the summary's value,
+        # and the running ratio over the r + 1 rounds run so far.
         stats = {
-            "bytes_vs_fedavg": ledger.total() / fedavg_bytes,
+            "bytes_vs_fedavg": ledger.total() / self.fedavg_reference_bytes(self.round_budget),
+            "bytes_vs_fedavg_same_rounds": ledger.total() / self.fedavg_reference_bytes(r + 1),
             "seconds_train": t1 - t0,
             "seconds_aggregate": t2 - t1,
             "seconds_eval": t3 - t2,
@@ -330,6 +354,19 @@ class Federation:
     def summary(self, wall_seconds: float | None = None) -> dict[str, Any]:
         """Final metrics: per-center test/val AUROC summaries, pooled AUROC, bytes, rounds.
 
+        Bandwidth against a fixed reference, float32 FedAvg of the reference architecture
+        (:attr:`reference_message_bytes`, ``4 P_ref`` per message) over the whole round budget ``R``
+        (``trainer.rounds``), with ``C`` centers and ``B`` the bytes on the ledger:
+
+            bytes_vs_fedavg            = B / (R * 2 * C * 4 P_ref)
+            bytes_vs_fedavg_same_rounds = B / (r * 2 * C * 4 P_ref),   r = rounds run (at least 1)
+
+        so early stopping's savings show in ``bytes_vs_fedavg`` (FedAvg stopped after 5 of 10 rounds:
+        0.5, same-rounds 1.0), and a model that sends more than the one it replaces shows it (BNN+FL
+        sends means and variances: 2.0). The per-round statistics use the same two denominators with
+        the bytes so far (``bytes_vs_fedavg`` grows to the summary's value; same-rounds uses the
+        ``r + 1`` rounds run by then). Bytes booked after the last round (a final stage) count in ``B``.
+
         ``*_auroc_fragile`` counts the centers whose AUROC is defined but rests on a single case of
         some class (:func:`~lightning_fed.metrics.fragile_auroc`). ``isolated_center_rounds`` and
         ``ledger_isolation_rate`` (the mean over rounds of the share of centers that sent and received
@@ -339,10 +376,10 @@ class Federation:
         test, val = self.evaluate("test"), self.evaluate("val")
         t, v = summarize(test.auroc), summarize(val.auroc)
         total = self.wire.ledger.total()
-        fedavg_total = max(1, self.round) * 2 * self.data.num_centers * self.fedavg_message_bytes
         by_round = self.wire.ledger.per_center_by_round(self.data.num_centers, self.round)
         return {
-            "bytes_vs_fedavg": total / fedavg_total,
+            "bytes_vs_fedavg": total / self.fedavg_reference_bytes(self.round_budget),
+            "bytes_vs_fedavg_same_rounds": total / self.fedavg_reference_bytes(max(1, self.round)),
             "test_auroc_mean": t.mean,
             "test_auroc_std": t.std,
             "test_auroc_undefined": t.n_undefined,

@@ -1,4 +1,4 @@
-"""Server-side EMA momentum on each center's aggregated update (ABPS-X and FedAvg-X, ABPS Sec. 6.4).
+"""Per-center EMA of each center's aggregated update (``algorithm.momentum``; ABPS-X, ABPS Sec. 6.4).
 
 For center ``i`` with own parameters ``theta_i`` and aggregated parameters ``m_i`` (what mixing
 produced), the buffer and the new parameters are
@@ -7,6 +7,12 @@ produced), the buffer and the new parameters are
 
 applied only to centers that aggregated this round (a resting or unavailable center keeps its
 parameters and its buffer). ``beta = 0`` is plain aggregation.
+
+This is NOT server momentum (FedAvgM, Hsu et al. 2019): there is one buffer per center, of that
+center's own step ``m_i - theta_i``, and it needs no server (ABPS uses it on its mesh). FedAvgM keeps
+a single velocity on the server's global model; it is
+:class:`~lightning_fed.aggregation.server_momentum.ServerMomentum` (``algorithm.server_momentum``
+of :class:`~lightning_fed.algorithms.FedAvg`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ __all__ = ["UpdateMomentum"]
 
 
 class UpdateMomentum:
-    """Per-center EMA of aggregated updates.
+    """Per-center EMA of aggregated updates (one buffer per center; not FedAvgM server momentum).
 
     Args:
         beta: EMA weight in [0, 1) (0 disables; the paper's X extension uses 0.5).

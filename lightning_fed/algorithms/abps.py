@@ -11,7 +11,8 @@ ABPS is "exchange with the selected partners, average, credit". Each round:
    (:func:`~lightning_fed.comm.exchange.peer_exchange`);
 3. every center with partners replaces its shared parameters by the sample-weighted FedAvg of
    itself and what it accepted (line 25; :func:`~lightning_fed.aggregation.mixing.mix_received`
-   with weights renormalized over what arrived), optionally smoothed by server-side EMA momentum;
+   with weights renormalized over what arrived), optionally followed by a momentum step
+   (``server_momentum`` or ``momentum``);
 4. when the selector :attr:`~lightning_fed.selection.PartnerSelector.learns`, the Shapley credit of
    every partner (Eq. 4) is computed and observed (the posterior update of lines 26-31). Shapley
    is the costliest step of a round (a batch of coalition evaluations), so it is skipped for a
@@ -29,9 +30,11 @@ graph).
 
 Extensions (Sec. 6.4): ``personal_layers`` (P) keeps the last 1-2 layers local and off the
 wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the bytes; ``kappa``
-(1 or 3) bounds the active set; ``momentum`` is the EMA weight beta on each center's aggregated
-update (``m_i <- beta m_i + (1 - beta) Delta_i``, ``theta_i <- theta_i + m_i``, applied to centers
-that exchanged). When a goal filter is configured, every center publishes its metadata
+(1 or 3) bounds the active set; ``server_momentum`` is FedAvgM with each center as its own server
+(``v_i <- beta v_i + (m_i - s_i)``, ``theta_i <- s_i + v_i`` with ``s_i`` the round-start model;
+ABPS-X, as FedAvg-X uses FedAvgM); ``momentum`` is the older per-center EMA of the mixing correction
+(``u_i <- beta u_i + (1 - beta)(m_i - theta_i)``, ``theta_i <- theta_i + u_i``); both apply only to
+centers that exchanged. When a goal filter is configured, every center publishes its metadata
 descriptor to the directory once, in round 0 (see below for a center that is unavailable then).
 
 Faults (:mod:`lightning_fed.comm.faults`): a center that is not :meth:`Wire.available
@@ -65,6 +68,7 @@ from torch import Tensor
 
 from lightning_fed.aggregation.mixing import mix_received, renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
+from lightning_fed.aggregation.server_momentum import CenterServerMomentum
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, peer_exchange
 from lightning_fed.comm.ledger import SERVER
@@ -75,6 +79,13 @@ from lightning_fed.privacy import GaussianMechanism, noisy_descriptors
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.selector import BayesianSelector
 from lightning_fed.selection.base import PartnerSelector, partner_edges, partner_lists
+from lightning_fed.selection.diagnostics import (
+    REST_CAUSES,
+    posterior_mean_spread,
+    repeat_edges,
+    rest_causes,
+    same_group_slots,
+)
 from lightning_fed.types import RoundContext
 
 __all__ = ["ABPS"]
@@ -93,7 +104,10 @@ class ABPS(Algorithm):
         shapley: Shapley credit settings (exact up to ``exact_max`` partners, else TMC); used only
             when the selector learns.
         personal_layers: Head layers kept local (extension P: 1 or 2; 0 shares everything).
-        momentum: EMA weight beta on each center's aggregated update (0 disables; ABPS-X: 0.5).
+        momentum: EMA weight beta on each center's aggregated update (0 disables).
+        server_momentum: FedAvgM's beta with each center as its own server
+            (:class:`~lightning_fed.aggregation.server_momentum.CenterServerMomentum`; ABPS-X: 0.5,
+            the same server momentum FedAvg-X uses); exclusive with ``momentum``.
         privacy: Gaussian-mechanism differential privacy on the published metadata descriptors
             (:class:`~lightning_fed.privacy.GaussianMechanism`); None publishes them exact.
     """
@@ -105,8 +119,14 @@ class ABPS(Algorithm):
         personal_layers: int = 0,
         momentum: float = 0.0,
         privacy: GaussianMechanism | None = None,
+        server_momentum: float = 0.0,
     ) -> None:
         super().__init__(personal_layers)
+        if momentum and server_momentum:
+            raise ValueError(
+                "algorithm.momentum and algorithm.server_momentum are two kinds of momentum: set one to 0"
+            )
+        self.server_momentum = CenterServerMomentum(server_momentum)
         self.update_momentum = UpdateMomentum(momentum)
         self.selector: PartnerSelector = selector if selector is not None else BayesianSelector()
         self.credit = shapley if shapley is not None else ShapleyCredit()
@@ -137,11 +157,28 @@ class ABPS(Algorithm):
         if filtering:  # (setup validated the descriptors) nobody's has reached the directory yet
             self.selector.candidates = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
         self.update_momentum = UpdateMomentum(self.momentum)
+        self.server_momentum = CenterServerMomentum(self.server_momentum.beta)
+        self._start: dict[str, Tensor] | None = None
         self.last_partners: list[list[int]] = [[] for _ in range(self.num_centers)]
         self.rested_center_rounds = 0
         self.bytes_saved_by_rest = 0
         self.partner_total = 0
         self.rounds_seen = 0
+        units = [c.attributes.get("care_unit") for c in data.centers]
+        #: Care-unit code per center when every center has one (the synthetic federations), else None.
+        self.groups: Tensor | None = None
+        if units and all(u is not None for u in units):
+            codes = {u: k for k, u in enumerate(sorted(set(map(str, units))))}
+            self.groups = torch.tensor([codes[str(u)] for u in units], dtype=torch.int64)
+        self.last_selected: list[list[int]] = [[] for _ in range(self.num_centers)]
+        #: Mechanism diagnostics summed over rounds (see :mod:`lightning_fed.selection.diagnostics`).
+        self.diagnostics: dict[str, Any] = {
+            "repeats": 0,
+            "edges_after_first": 0,
+            "causes": dict.fromkeys(REST_CAUSES, 0),
+            "same_unit": [],  # per round: [same, expected, slots]
+            "spread": None,
+        }
 
     @property
     def published(self) -> bool:
@@ -171,15 +208,23 @@ class ABPS(Algorithm):
         self.arrived[got.src] = True
         self.selector.candidates = self.selector.filter.candidates(self.descriptors, published=self.arrived)
 
+    def train_round(self, engine: Any, round_idx: int) -> Tensor:
+        """Local training; with ``server_momentum`` the round-start shared parameters are kept first."""
+        if self.server_momentum.beta:
+            self._start = {n: p.detach().clone() for n, p in self.shared(engine.get_params()).items()}
+        return super().train_round(engine, round_idx)
+
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
             self._publish_metadata(wire, ctx.round)
         t0 = time.perf_counter()
-        partners = self._select(ctx.round, wire.available(ctx.round, self.num_centers))
+        available = wire.available(ctx.round, self.num_centers)
+        partners = self._select(ctx.round, available)
         t1 = time.perf_counter()
         shared = self.shared(params)
         out = dict(params)
         self._book(partners, wire, shared)
+        self._diagnose(partners, available)
         got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round)
         src, dst = got.src, got.dst
         partners = partner_lists(src, dst, self.num_centers)  # the accepted partners
@@ -190,7 +235,11 @@ class ABPS(Algorithm):
             mixed = mix_received(shared, got.received, dst, self_w, edge_w)
             active = torch.tensor([bool(p) for p in partners])
             for name, own in shared.items():
-                out[name] = self.update_momentum.apply(name, own, mixed[name], active)
+                if self.server_momentum.beta:  # without a recorded start (no local training): own
+                    start = own if self._start is None else self._start[name].to(own.device)
+                    out[name] = self.server_momentum.apply(name, start, own, mixed[name], active)
+                else:
+                    out[name] = self.update_momentum.apply(name, own, mixed[name], active)
             t2 = time.perf_counter()
             if self.selector.learns:
                 personal = {n: p for n, p in params.items() if n not in shared}
@@ -221,17 +270,68 @@ class ABPS(Algorithm):
         self._round = {"isolation_rate": rested / self.num_centers, "mean_partners": 0.0}
         self._round["mean_partners"] = sum(len(p) for p in partners) / self.num_centers
 
+    def _diagnose(self, partners: list[list[int]], available: Tensor) -> None:
+        """This round's mechanism diagnostics (module :mod:`~lightning_fed.selection.diagnostics`).
+
+        ``partner_repeat_rate``: share of this round's selected partnerships that were also selected
+        last round (from round 1 on); ``posterior_mean_spread`` (selectors with a posterior);
+        ``partner_same_unit_rate`` against ``partner_same_unit_chance`` (federations whose centers
+        have a ``care_unit``); ``isolation_<cause>`` for the four causes, summing to
+        ``isolation_rate``.
+        """
+        diag, stats = self.diagnostics, self._round
+        c = self.num_centers
+        repeats, edges = repeat_edges(partners, self.last_selected)
+        if self.rounds_seen > 1:  # _book has counted this round: there was a previous one
+            diag["repeats"] += repeats
+            diag["edges_after_first"] += edges
+            stats["partner_repeat_rate"] = repeats / edges if edges else 0.0
+        self.last_selected = [list(p) for p in partners]
+        match = self.selector.last_match
+        causes = rest_causes(partners, available, match)
+        for cause, n in causes.items():
+            diag["causes"][cause] += n
+            stats[f"isolation_{cause}"] = n / c
+        posterior = getattr(self.selector, "posterior", None)
+        if posterior is not None:
+            spread = posterior_mean_spread(posterior.mean(), self.selector.candidates)
+            diag["spread"] = stats["posterior_mean_spread"] = spread
+        if self.groups is not None:
+            cand = match.candidates if match is not None else ~torch.eye(c, dtype=torch.bool)
+            same, expected, slots = same_group_slots(partners, cand, self.groups)
+            diag["same_unit"].append([same, expected, slots])
+            if slots:
+                stats["partner_same_unit_rate"] = same / slots
+                stats["partner_same_unit_chance"] = expected / slots
+
     def round_stats(self) -> dict[str, float]:
         return dict(getattr(self, "_round", {}))
 
     def summary_stats(self) -> dict[str, float]:
+        """Rest and bandwidth counters and the mechanism diagnostics over the whole run.
+
+        ``partner_same_unit_rate_last10`` / ``..._chance_last10`` cover the last 10 rounds only
+        (whether selection has concentrated by the end).
+        """
         denom = max(1, self.rounds_seen * self.num_centers)
-        return {
+        diag = self.diagnostics
+        out: dict[str, float] = {
             "rested_center_rounds": self.rested_center_rounds,
             "isolation_rate": self.rested_center_rounds / denom,
             "mean_partners": self.partner_total / denom,
             "bytes_saved_by_rest": self.bytes_saved_by_rest,
+            **{f"isolation_{cause}": n / denom for cause, n in diag["causes"].items()},
         }
+        if diag["edges_after_first"]:
+            out["partner_repeat_rate"] = diag["repeats"] / diag["edges_after_first"]
+        if diag["spread"] is not None:
+            out["posterior_mean_spread"] = diag["spread"]
+        for suffix, rows in (("", diag["same_unit"]), ("_last10", diag["same_unit"][-10:])):
+            slots = sum(r[2] for r in rows)
+            if slots:
+                out[f"partner_same_unit_rate{suffix}"] = sum(r[0] for r in rows) / slots
+                out[f"partner_same_unit_chance{suffix}"] = sum(r[1] for r in rows) / slots
+        return out
 
     def _counters(self) -> tuple[int, int, int, int]:
         return self.rested_center_rounds, self.bytes_saved_by_rest, self.partner_total, self.rounds_seen
@@ -240,6 +340,7 @@ class ABPS(Algorithm):
         return {
             "selector": self.selector.state_dict(),
             "buffers": self.update_momentum.state_dict(),
+            "server_momentum": self.server_momentum.state_dict(),
             "published": self.published,
             "descriptors": self.descriptors.clone(),
             "descriptors_arrived": self.arrived.clone(),
@@ -250,11 +351,14 @@ class ABPS(Algorithm):
                 self.rounds_seen,
             ),
             "last_partners": self.last_partners,
+            "last_selected": self.last_selected,
+            "diagnostics": self.diagnostics,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
         self.update_momentum.load_state_dict(state["buffers"])
+        self.server_momentum.load_state_dict(state.get("server_momentum", {}))
         if "descriptors_arrived" in state:
             self.descriptors = state["descriptors"].clone()
             self.arrived = state["descriptors_arrived"].clone()
@@ -264,3 +368,6 @@ class ABPS(Algorithm):
             "counters"
         ]
         self.last_partners = state["last_partners"]
+        self.last_selected = state.get("last_selected", [list(p) for p in self.last_partners])
+        if "diagnostics" in state:
+            self.diagnostics = state["diagnostics"]

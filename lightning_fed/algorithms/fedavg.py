@@ -12,9 +12,23 @@ keeps its parameters and nothing is booked for it. The server validates every up
 averages the accepted ones with weights renormalized over them, ``n_j / sum_{k accepted} n_k``;
 a center that rejects the download keeps its own parameters. With nothing accepted, nothing is
 sent back and every center keeps its parameters. Both legs go through the one exchange path
-(:func:`~lightning_fed.comm.exchange.exchange`: send, validate, drop the rejected). With
-``momentum`` beta > 0 a center that takes the download moves by the EMA of its aggregated updates
-instead (FedAvg-X, the paper's fair comparator for ABPS-X).
+(:func:`~lightning_fed.comm.exchange.exchange`: send, validate, drop the rejected).
+
+Two momentum variants, mutually exclusive:
+
+* ``server_momentum`` beta > 0 (FedAvgM, Hsu et al. 2019;
+  :class:`~lightning_fed.aggregation.server_momentum.ServerMomentum`): the server keeps one global
+  model ``theta_server`` and one velocity ``v`` over the shared tensors and, from the accepted
+  uploads' average ``theta_bar_t``, steps ``v <- beta v + (theta_bar_t - theta_server)``,
+  ``theta_server <- theta_server + v``; it sends ``theta_server`` instead of ``theta_bar_t``.
+  ``theta_server`` starts as the common initial model (the seeded init every center starts from,
+  shared tensors only) with ``v = 0``, so round 0 sends ``theta_bar_0``. FedAvg-X
+  (``configs/fedavg_x.yaml``) uses this: on a star, the server momentum among ABPS-X's extensions
+  (ABPS Sec. 6.4, beta 0.5) is FedAvgM.
+* ``momentum`` beta > 0 (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center
+  EMA ABPS-X uses on its mesh): a center that takes the download moves by
+  ``u_i <- beta u_i + (1 - beta) (theta_bar_t - theta_i)``, ``theta_i <- theta_i + u_i``, one buffer
+  per center. This is NOT server momentum.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from torch import Tensor
 
 from lightning_fed.aggregation.mixing import sample_weights, weighted_average
 from lightning_fed.aggregation.momentum import UpdateMomentum
+from lightning_fed.aggregation.server_momentum import ServerMomentum
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.ledger import SERVER
@@ -42,23 +57,46 @@ class FedAvg(Algorithm):
 
     Args:
         personal_layers: Head layers kept local (0 shares everything; FedAvg+P uses 1 or 2).
-        momentum: Server-side EMA weight on each center's aggregated update
-            (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`; FedAvg-X: 0.5).
+        momentum: Per-center EMA weight on each center's aggregated update
+            (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, ``u_i <- beta u_i +
+            (1 - beta)(theta_bar - theta_i)``); one buffer per center, NOT server momentum.
+        server_momentum: FedAvgM server momentum ``beta`` on the one global model
+            (:class:`~lightning_fed.aggregation.server_momentum.ServerMomentum`, ``v <- beta v +
+            (theta_bar - theta_server)``, ``theta_server <- theta_server + v``; FedAvg-X: 0.5).
+
+    Raises:
+        ValueError: If both ``momentum`` and ``server_momentum`` are > 0.
     """
 
-    def __init__(self, personal_layers: int = 0, momentum: float = 0.0) -> None:
+    def __init__(self, personal_layers: int = 0, momentum: float = 0.0, server_momentum: float = 0.0) -> None:
         super().__init__(personal_layers)
         self.update_momentum = UpdateMomentum(momentum)
+        self.server_momentum = ServerMomentum(server_momentum)
+        if self.update_momentum.beta and self.server_momentum.beta:
+            raise ValueError(
+                f"algorithm.momentum={momentum} and algorithm.server_momentum={server_momentum} are mutually "
+                "exclusive: set one of them to 0 (server_momentum is FedAvgM, momentum the per-center EMA)"
+            )
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
+        """Sizes and shared names; fresh momentum state (``theta_server`` = the common initial model)."""
         super().setup(data, module, seed)
         self.update_momentum = UpdateMomentum(self.update_momentum.beta)
+        self.server_momentum = ServerMomentum(self.server_momentum.beta)
+        if self.server_momentum.beta:
+            params = dict(module.named_parameters())
+            self.server_momentum.start({n: params[n] for n in self.shared_names})
 
     def state_dict(self) -> dict[str, Any]:
-        return {"momentum": self.update_momentum.state_dict()}
+        return {
+            "momentum": self.update_momentum.state_dict(),
+            "server_momentum": self.server_momentum.state_dict(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.update_momentum.load_state_dict(state.get("momentum", {}))
+        if "server_momentum" in state:
+            self.server_momentum.load_state_dict(state["server_momentum"])
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
@@ -74,6 +112,8 @@ class FedAvg(Algorithm):
         if not len(upload.src):
             return out
         average = self.server_model(upload.received, upload.src, ctx)
+        if self.server_momentum.beta:
+            average = self.server_momentum.step(average)
         download = exchange(wire, average, server, centers, ctx.round, own=shared)
         if not len(download.dst):
             return out

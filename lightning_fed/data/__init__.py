@@ -4,12 +4,13 @@ from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import CenterData, FederatedData, PooledTable, build_federation
 from lightning_fed.data.charlson import charlson_flags
 from lightning_fed.data.eicu import EICU
+from lightning_fed.data.fedprox_synthetic import FedProxSynthetic
 from lightning_fed.data.images import CIFAR, Digits, FashionMNIST, ImageSource
 from lightning_fed.data.images_isic import ISIC2019
 from lightning_fed.data.images_partition import BalancedSizes, DirichletLabels, Shards
 from lightning_fed.data.mimic import MimicIV
 from lightning_fed.data.partition import IID, Dirichlet, Natural, Partitioner
-from lightning_fed.data.synthetic import SyntheticICU
+from lightning_fed.data.synthetic import SyntheticICU, TeacherICU
 from lightning_fed.data.tabular import Tabular
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "Dirichlet",
     "DirichletLabels",
     "FashionMNIST",
+    "FedProxSynthetic",
     "FederatedData",
     "ImageSource",
     "MimicIV",
@@ -33,6 +35,7 @@ __all__ = [
     "Shards",
     "SyntheticICU",
     "Tabular",
+    "TeacherICU",
     "build_federation",
     "charlson_flags",
 ]

@@ -13,7 +13,10 @@ which ``benchmarks/engine.py`` uses as a baseline) plus three things the federat
   image models);
 * optionally :meth:`CenterModule.forward_features` (logits and the representation, for MOON's
   contrastive term) and :meth:`CenterModule.penalty` (a parameter-only term of the loss, e.g. a
-  Bayesian model's KL divergence).
+  Bayesian model's KL divergence);
+* :meth:`CenterModule.reference_parameters`, the parameter count of the model whose float32 FedAvg
+  is the bandwidth reference (``bytes_vs_fedavg``): its own count, unless the model replaces another
+  (the Bayesian MLP stands in for the deterministic MLP).
 
 The optimizer is whatever :meth:`configure_optimizers` returns (Lightning's convention); the
 packed engine reads its hyperparameters and runs the same update functionally on stacked tensors.
@@ -146,6 +149,16 @@ class CenterModule(L.LightningModule):
             n_train: Training-set size of each of the ``k`` models (int64 ``[k]``).
         """
         raise NotImplementedError
+
+    def reference_parameters(self) -> int:
+        """Parameter count ``P_ref`` of the reference architecture for bandwidth ratios.
+
+        The federation's ``bytes_vs_fedavg`` divides the bytes sent by those of float32 FedAvg of this
+        architecture, ``rounds * 2 * C * 4 P_ref``. Default: this model's own count
+        ``sum_p numel(p)``; a model that replaces another (a Bayesian MLP for the MLP it makes
+        probabilistic) overrides it with the replaced model's count, so its extra bytes show.
+        """
+        return sum(p.numel() for p in self.parameters())
 
     @property
     def has_penalty(self) -> bool:

@@ -177,6 +177,11 @@ class BayesianMLP(CenterModule):
             for part in ("mu", "rho")
         )
 
+    def reference_parameters(self) -> int:
+        """The deterministic MLP's count (the model this one replaces): the ``*_mu`` entries only,
+        ``sum_i (in_i out_i + out_i)``. BNN+FL sends ``mu`` and ``rho``, so it shows as 2x FedAvg."""
+        return sum(layer.weight_mu.numel() + layer.bias_mu.numel() for layer in self.layers)
+
     def noise(self, like: Tensor, generator: torch.Generator | RowStreams | None) -> Tensor:
         """Standard normal ``eps`` shaped like ``like`` (see :func:`standard_normal`)."""
         return standard_normal(like, generator)

@@ -19,12 +19,22 @@ from lightning_fed.reporting.plots import (
     pareto_plot,
 )
 from lightning_fed.reporting.referral import collect_referrals
-from lightning_fed.reporting.table import collect_runs, method_label, table1, to_markdown, write_table
+from lightning_fed.reporting.table import (
+    collect_runs,
+    diagnostics_markdown,
+    method_label,
+    table1,
+    to_markdown,
+    write_diagnostics,
+    write_runs,
+    write_table,
+)
 
 __all__ = [
     "FAMILY_COLORS",
     "collect_referrals",
     "collect_runs",
+    "diagnostics_markdown",
     "isolation_curve",
     "isolation_plot",
     "isolation_series",
@@ -37,12 +47,14 @@ __all__ = [
     "report",
     "table1",
     "to_markdown",
+    "write_diagnostics",
+    "write_runs",
     "write_table",
 ]
 
 
-def report(root: Path, out: Path | None = None) -> dict[str, Path]:
-    """Write Table 1, the Pareto plot and (when any run has the data) the isolation plot.
+def report(root: Path, out: Path | None = None, reference: str | None = None) -> dict[str, Path]:
+    """Write Table 1, the diagnostics and runs tables, the Pareto plot and the isolation plot.
 
     The Pareto plot's dashed upper bound is the mean AUROC of the method labelled ``centralized``
     (any label containing ``central``, the best one if several) when the runs include one.
@@ -50,9 +62,15 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
     Args:
         root: A folder of run directories (searched recursively).
         out: Destination folder; ``root/report/`` by default.
+        reference: Method label Table 1's paired differences (with 95 % CIs and a verdict) compare
+            to; ``None``: ``fedavg`` when the runs have it, else none.
 
     Returns:
-        The written files by name: ``table1.md``, ``table1.csv``, ``pareto.png`` and ``isolation.png``
+        The written files by name: ``table1.md`` (the main table: AUROC mean ± sample SD, seeds,
+        bandwidth, isolation, E|P_i|, rounds, wall, paired difference [CI] and verdict),
+        ``table1.csv`` (every column), ``diagnostics.md`` / ``diagnostics.csv`` (the mechanism
+        diagnostics; absent when no run records any), ``runs.csv`` (one row per run, every field
+        read, e.g. ``restored_best``, ``best_round``), ``pareto.png`` and ``isolation.png``
         (absent when no run has per-round isolation data), and, when any run has a referral table,
         ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
         router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
@@ -61,13 +79,18 @@ def report(root: Path, out: Path | None = None) -> dict[str, Path]:
         columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier).
 
     Raises:
-        ValueError: If ``root`` holds no run directory.
+        ValueError: If ``root`` holds no run directory, or ``reference`` is not among its methods.
     """
     root = Path(root)
     out = Path(out) if out is not None else root / "report"
-    table = table1(collect_runs(root))
+    runs = collect_runs(root)
+    table = table1(runs, reference)
     md, csv = write_table(table, out / "table1")
     written = {"table1.md": md, "table1.csv": csv}
+    diagnostics = write_diagnostics(table, out / "diagnostics")
+    if diagnostics is not None:
+        written["diagnostics.md"], written["diagnostics.csv"] = diagnostics
+    written["runs.csv"] = write_runs(runs, out / "runs.csv")
     central = table.filter(pl.col("method").str.to_lowercase().str.contains("central"))["auroc_mean"]
     bound = central.drop_nulls().max()
     written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)

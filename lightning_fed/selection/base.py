@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from lightning_fed.selection.diagnostics import MatchRecord
+
 if TYPE_CHECKING:
     from lightning_fed.selection.abps.selector import GoalFilter
 
@@ -43,11 +45,15 @@ class PartnerSelector(ABC):
             ``[C, C]`` that ABPS refreshes as descriptors arrive.
         kappa: The most partners a center has in a round (set by :meth:`setup` at the latest); ABPS
             books a resting center's saved bytes as ``kappa`` halves of a partnership.
+        last_match: What the last :meth:`select` offered its matching (candidates, acceptance
+            scores, threshold), from which ABPS counts rests by cause
+            (:func:`~lightning_fed.selection.diagnostics.rest_causes`); None: not recorded.
     """
 
     learns: bool = False
     filter: GoalFilter | None = None
     kappa: int
+    last_match: MatchRecord | None = None
 
     @abstractmethod
     def setup(self, metadata: Tensor, seed: int) -> None:

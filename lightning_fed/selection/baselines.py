@@ -31,6 +31,7 @@ from lightning_fed.graphs.topology import Graph, RandomRegular, Topology
 from lightning_fed.seeding import torch_generator
 from lightning_fed.selection.abps.matching import propose_reject
 from lightning_fed.selection.base import PartnerSelector, partner_lists
+from lightning_fed.selection.diagnostics import MatchRecord
 from lightning_fed.validation import check_int
 
 __all__ = ["GraphNeighbours", "RandomPartners"]
@@ -56,6 +57,7 @@ class RandomPartners(PartnerSelector):
         candidates = ~torch.eye(c, dtype=torch.bool)
         if available is not None:
             candidates &= available.unsqueeze(0) & available.unsqueeze(1)
+        self.last_match = MatchRecord(candidates)  # everyone accepts: a rest is capacity or no candidate
         return propose_reject(scores, candidates, self.kappa, 0.0, 0.0, gen)
 
 
@@ -83,4 +85,7 @@ class GraphNeighbours(PartnerSelector):
 
     def select(self, round_idx: int, available: Tensor | None = None) -> list[list[int]]:
         src, dst = directed_edges(self.graph, available)
+        adjacency = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
+        adjacency[src, dst] = True
+        self.last_match = MatchRecord(adjacency)
         return [sorted(p) for p in partner_lists(src, dst, self.num_centers)]

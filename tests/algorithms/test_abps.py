@@ -100,7 +100,9 @@ def test_personal_head_and_bf16_wire_cut_bytes() -> None:
 
 def test_metadata_crosses_the_wire_once_when_filtering() -> None:
     algo = ABPS(
-        selector=BayesianSelector(filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3))
+        selector=BayesianSelector(
+            filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3, keep="global")
+        )
     )
     _, params = _setup([30, 10, 20, 40], algo, [1.0, 5.0, 2.0, 3.0])
     _fixed(algo, [[], [], [], []])
@@ -194,7 +196,9 @@ def test_dp_descriptors_are_noised_before_they_leave_and_seeded() -> None:
                 return super().send(payload, src, dst, round_idx)
 
         algo = ABPS(
-            selector=BayesianSelector(filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3)),
+            selector=BayesianSelector(
+                filter=GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3, keep="global")
+            ),
             privacy=GaussianMechanism(epsilon=0.5, delta=1e-5, clip=1.0),
         )
         _, params = _setup([30, 10, 20, 40], algo, [1.0, 5.0, 2.0, 3.0])
@@ -273,7 +277,7 @@ def test_resume_with_a_pending_publication_continues_identically() -> None:
     data = make_federation([30 + 4 * i for i in range(12)])
 
     def fed(rounds: int) -> Federation:
-        goal = GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3)
+        goal = GoalFilter("homogeneity", keep_fraction=0.5, metadata_dim=3, keep="global")
         return Federation(
             data,
             MortalityMLP(hidden=(8, 4)),
@@ -302,3 +306,53 @@ def test_resume_with_a_pending_publication_continues_identically() -> None:
         )
         assert full.algorithm.last_partners == resumed.algorithm.last_partners
     assert full.algorithm.summary_stats()["isolation_rate"] < 1.0
+
+
+class _FakeEngine:
+    """Hands ABPS the round-start parameters and 'trains' by adding one per round of values given."""
+
+    def __init__(self, params: dict) -> None:
+        self.params = params
+
+    def get_params(self) -> dict:
+        return self.params
+
+    def train_round(self, round_idx: int) -> torch.Tensor:
+        return torch.zeros(2)
+
+
+def test_server_momentum_is_fedavgm_with_each_center_as_its_own_server_by_hand() -> None:
+    """n = (30, 10), beta = 0.5, partners {0: [1], 1: [0]} every round.
+    Round 0: start s = (1, 5), trained (2, 6), mixed m = (30*2 + 10*6)/40 = 3 for both;
+    v = 0.5*0 + (m - s) = (2, -2); theta = s + v = (3, 3).
+    Round 1: start (3, 3), trained (4, 2), m = (120 + 20)/40 = 3.5; Delta = (0.5, 0.5);
+    v = 0.5*(2, -2) + (0.5, 0.5) = (1.5, -0.5); theta = (4.5, 2.5).
+    (Plain ABPS would give 3.5 for both; the per-center EMA momentum other numbers again.)"""
+    algo = ABPS(server_momentum=0.5)
+    algo.selector = BayesianSelector(kappa=1)
+    _, start = _setup([30, 10], algo, [1.0, 5.0])
+    _fixed(algo, [[1], [0]])
+    expected = [(3.0, 3.0), (4.5, 2.5)]
+    trained_values = [(2.0, 6.0), (4.0, 2.0)]
+    for r in range(2):
+        algo.train_round(_FakeEngine(start), r)
+        trained = {
+            n: torch.stack([torch.full_like(p[0], v) for v in trained_values[r]]) for n, p in start.items()
+        }
+        out = algo.aggregate(RoundContext(round=r, seed=0, val_utility=_bias_utility), trained, Wire())
+        w = out["layers.0.weight"]
+        assert (w[0].unique().item(), w[1].unique().item()) == pytest.approx(expected[r])
+        start = out
+
+
+def test_server_momentum_zero_is_plain_abps_and_excludes_ema_momentum() -> None:
+    with pytest.raises(ValueError, match="set one to 0"):
+        ABPS(momentum=0.5, server_momentum=0.5)
+    plain, zero = ABPS(), ABPS(server_momentum=0.0)
+    outs = []
+    for algo in (plain, zero):
+        _, params = _setup([30, 10, 20], algo, [1.0, 5.0, 2.0])
+        _fixed(algo, [[1], [0], []])
+        outs.append(algo.aggregate(CTX, params, Wire()))
+    for n in outs[0]:
+        assert torch.equal(outs[0][n], outs[1][n])

@@ -45,7 +45,7 @@ def test_describe_a_table_names_its_descriptors(capsys: pytest.CaptureFixture) -
     main(["data", "describe", "--data.init_args.num_centers=6", "--data.init_args.num_stays=900"])
     out = capsys.readouterr().out
     assert "positive_rate" in out and "log_n_train" in out and "pos_rate_train" in out
-    assert "SyntheticICU: 6 centers" in out and "binary label" in out
+    assert "TeacherICU: 6 centers" in out and "binary label" in out
 
 
 @pytest.mark.parametrize(

@@ -152,7 +152,7 @@ def test_pareto_plot_png(runs_root: Path, tmp_path: Path) -> None:
 
 def test_report_writes_everything(runs_root: Path) -> None:
     written = report(runs_root)
-    assert set(written) == {"table1.md", "table1.csv", "pareto.png", "isolation.png"}
+    assert set(written) == {"table1.md", "table1.csv", "runs.csv", "pareto.png", "isolation.png"}
     for p in written.values():
         assert p.parent == runs_root / "report" and p.stat().st_size > 0
     for name in ("pareto.png", "isolation.png"):
@@ -167,7 +167,7 @@ def test_report_skips_isolation_without_data(tmp_path: Path) -> None:
     for seed, values in enumerate(RUNS["fedavg"]):
         _write_run(root, f"fedavg-seed{seed}", seed, values)
     written = report(root, tmp_path / "out")
-    assert set(written) == {"table1.md", "table1.csv", "pareto.png"}
+    assert set(written) == {"table1.md", "table1.csv", "runs.csv", "pareto.png"}
     assert not (tmp_path / "out" / "isolation.png").exists()
 
 

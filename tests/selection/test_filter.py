@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lightning_fed.selection.abps import GOALS, calibrate_threshold, candidate_mask, goal_scores
+from lightning_fed.selection.abps.filter import top_k_mask
 
 # v0 = (3, 4), v1 = (4, 3), v2 = (1, 0): norms 5, 5, 1.
 # cos(v0, v1) = (12 + 12) / 25 = 0.96, cos(v0, v2) = 3 / 5 = 0.6, cos(v1, v2) = 4 / 5 = 0.8.
@@ -60,7 +61,7 @@ def test_no_threshold_keeps_every_off_diagonal_pair(goal: str) -> None:
 def test_keep_fraction_keeps_about_that_share_of_pairs(goal: str) -> None:
     c = 40
     meta = torch.rand(c, 15, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    mask = candidate_mask(meta, goal, keep_fraction=0.25)
+    mask = candidate_mask(meta, goal, keep_fraction=0.25, keep="global")
     share = mask.sum().item() / (c * (c - 1))
     assert abs(share - 0.25) < 0.005
     assert not mask.diagonal().any()
@@ -105,3 +106,43 @@ def test_unpublished_centers_are_nobodys_candidates_and_calibrate_nothing(goal: 
     )
     with pytest.raises(ValueError, match=r"published must be a bool \[9\]"):
         candidate_mask(meta, goal, published=torch.ones(8, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("goal", sorted(GOALS))
+def test_per_center_keeps_ceil_rho_n_minus_1_of_every_center_then_symmetrizes_by_union(goal: str) -> None:
+    """``keep="per_center"``: before symmetrization every row holds exactly ``ceil(rho (n - 1))``
+    candidates, its best-scoring peers; after the union every center keeps at least that many, the
+    sets are symmetric, and ``C_i`` is exactly ``top_i | {j : i in top_j}``.
+
+    With n = 40 and rho = 0.25: ``ceil(0.25 * 39) = ceil(9.75) = 10``.
+    """
+    c = 40
+    meta = torch.rand(c, 15, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    top = top_k_mask(goal_scores(meta, goal), 0.25)
+    assert top.sum(1).tolist() == [10] * c
+    scores = goal_scores(meta, goal)
+    for i in range(c):  # the kept peers are the 10 best of row i
+        kept = scores[i][top[i]]
+        assert float(kept.min()) >= float(scores[i][~top[i]].max())
+    mask = candidate_mask(meta, goal, keep_fraction=0.25)  # per_center is the default
+    assert torch.equal(mask, top | top.T)
+    assert torch.equal(mask, mask.T)
+    assert int(mask.sum(1).min()) >= 10
+    assert not bool(mask.diagonal().any())
+
+
+def test_per_center_gives_every_center_candidates_where_global_empties_some() -> None:
+    """The failure the per-center mode fixes: under one global quantile a center far from everyone
+    (here descriptor 0 points away from the rest) gets no candidate; per center it keeps its k."""
+    meta = torch.ones(12, 3, dtype=torch.float64)
+    meta[1:, 0] += torch.linspace(0, 0.1, 11, dtype=torch.float64)
+    meta[0] = torch.tensor([-1.0, 1.0, 0.2], dtype=torch.float64)
+    glob = candidate_mask(meta, "homogeneity", keep_fraction=0.25, keep="global")
+    per = candidate_mask(meta, "homogeneity", keep_fraction=0.25, keep="per_center")
+    assert int(glob[0].sum()) == 0
+    assert int(per[0].sum()) >= 3  # ceil(0.25 * 11) = 3
+
+
+def test_unknown_keep_mode_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"filter\.keep must be one of per_center, global"):
+        candidate_mask(META, "homogeneity", keep_fraction=0.25, keep="both")

@@ -4,12 +4,15 @@
 * :mod:`~lightning_fed.selection.abps.shapley`: Shapley credit over active partners (Eq. 4);
 * :mod:`~lightning_fed.selection.abps.posterior`: affine clip and Beta posterior (Eqs. 5-6);
 * :mod:`~lightning_fed.selection.abps.ucb`: upper confidence bound (Eq. 7);
+* :mod:`~lightning_fed.selection.abps.policy`: how peers are scored from the posterior (``UCB``,
+  ``ScaledUCB``, ``Thompson``);
 * :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22).
 """
 
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.filter import GOALS, calibrate_threshold, candidate_mask, goal_scores
 from lightning_fed.selection.abps.matching import propose_reject
+from lightning_fed.selection.abps.policy import UCB, ScaledUCB, SelectionPolicy, Thompson
 from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
 from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
 from lightning_fed.selection.abps.shapley import (
@@ -26,10 +29,14 @@ from lightning_fed.selection.abps.ucb import ucb
 
 __all__ = [
     "GOALS",
+    "UCB",
     "BayesianSelector",
     "BetaPosterior",
     "GoalFilter",
+    "ScaledUCB",
+    "SelectionPolicy",
     "ShapleyCredit",
+    "Thompson",
     "calibrate_threshold",
     "candidate_mask",
     "clip_utility",

@@ -8,8 +8,20 @@ the KPI marker) and scores every peer with its goal's admission rule
 * ``"alignment"``:   ``f_i(v_i, v_j) = -|v_i0 - v_j0|``.
 
 Peer ``j`` enters the candidate set ``C_i`` iff ``f_i(v_i, v_j) >= tau_sim``. The three rules live on
-different scales, so ``tau_sim`` can instead be auto-calibrated per goal to keep a fixed fraction of
-the off-diagonal pairs (the paper keeps 25%). All three rules are symmetric, so ``C`` is too.
+different scales, so ``tau_sim`` can instead be calibrated from a keep fraction ``rho`` (the paper:
+25 %), in one of two ways (``keep``):
+
+* ``"per_center"`` (the paper's presets, Sec. 5.4 and 6.5: ``|C_i| ~ rho (n - 1)``): every center
+  ``i`` keeps its own ``k = ceil(rho (n - 1))`` best-scoring peers (its own ``tau_sim``, the
+  ``k``-th best score; ties broken towards lower ids by a stable sort). These top-``k`` sets are not
+  symmetric (``j`` may be among ``i``'s best while ``i`` is not among ``j``'s), and the matching
+  lets ``i`` propose only to ``C_i`` while ``j`` accepts on score alone, so the sets are symmetrized
+  by union, ``C_i <- C_i | {j : i in C_j}``: every center keeps at least its ``k`` (no center is
+  emptied, as an intersection would empty the peers nobody ranks highly) and at most ``n - 1``.
+* ``"global"``: one threshold, the ``1 - rho`` quantile of all ``n (n - 1)`` pair scores, so about
+  ``rho`` of all pairs pass. Symmetric rules give symmetric sets, but their sizes are uneven:
+  measured on the 230-center synthetic federation (homogeneity, 15 dims) ``|C_i|`` ranged 0-138,
+  and the diversity goal concentrates its pairs on a few hub centers.
 
 Only descriptors that reached the directory count: :func:`candidate_mask` takes a ``published``
 mask, leaves a center whose descriptor has not arrived out of every candidate set (with none of its
@@ -19,12 +31,16 @@ recomputed by the caller) when a late descriptor arrives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-__all__ = ["GOALS", "calibrate_threshold", "candidate_mask", "goal_scores"]
+__all__ = ["GOALS", "KEEP_MODES", "calibrate_threshold", "candidate_mask", "goal_scores", "top_k_mask"]
+
+#: How a keep fraction calibrates ``tau_sim`` (module docstring).
+KEEP_MODES: tuple[str, ...] = ("per_center", "global")
 
 
 def _cosine(meta: Tensor) -> Tensor:
@@ -101,12 +117,35 @@ def calibrate_threshold(scores: Tensor, keep_fraction: float) -> float:
     return float(torch.quantile(off, 1.0 - keep_fraction))
 
 
+def top_k_mask(scores: Tensor, keep_fraction: float) -> Tensor:
+    """Each row's ``k = ceil(keep_fraction (C - 1))`` best off-diagonal scores, before symmetrization.
+
+    Args:
+        scores: ``[C, C]`` from :func:`goal_scores` (diagonal ``-inf``).
+        keep_fraction: ``rho`` in ``(0, 1]``.
+
+    Returns:
+        bool ``[C, C]`` with exactly ``k`` True per row (ties at the ``k``-th score towards lower ids).
+    """
+    if not 0.0 < keep_fraction <= 1.0:
+        raise ValueError(f"keep_fraction must be in (0, 1], got {keep_fraction}")
+    c = scores.shape[0]
+    k = min(c - 1, math.ceil(keep_fraction * (c - 1) - 1e-9))
+    mask = torch.zeros(c, c, dtype=torch.bool, device=scores.device)
+    if k <= 0:
+        return mask
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+    mask.scatter_(1, order, True)
+    return mask.fill_diagonal_(False)
+
+
 def candidate_mask(
     meta: Tensor,
     goal: str,
     tau_sim: float | None = None,
     keep_fraction: float | None = None,
     published: Tensor | None = None,
+    keep: str = "per_center",
 ) -> Tensor:
     """Candidate sets ``C_i = {j != i : f_i(v_i, v_j) >= tau_sim}`` as a boolean matrix.
 
@@ -114,13 +153,16 @@ def candidate_mask(
         meta: Metadata descriptors ``[C, d]``.
         goal: One of :data:`GOALS` (validated even when nothing is filtered).
         tau_sim: A fixed threshold, or ``None``.
-        keep_fraction: When given, ``tau_sim`` is calibrated per goal by :func:`calibrate_threshold`
-            (``tau_sim`` must then be ``None``). With both ``None`` nothing is filtered: every
-            ``j != i`` is a candidate.
+        keep_fraction: When given, ``tau_sim`` is calibrated from it as ``keep`` says (``tau_sim``
+            must then be ``None``). With both ``None`` nothing is filtered: every ``j != i`` is a
+            candidate.
         published: Optional bool ``[C]``: whose descriptor has arrived. The others' rows of ``meta``
             are ignored: they are in no candidate set and have none, and ``tau_sim`` is calibrated
             over the published pairs only (the mask is the published subset's mask, embedded). With
             fewer than two published nobody has a candidate. ``None`` = all published.
+        keep: ``"per_center"`` (each center's top ``ceil(rho (n - 1))``, symmetrized by union) or
+            ``"global"`` (one quantile over all pairs, :func:`calibrate_threshold`); see the module
+            docstring.
 
     Returns:
         bool ``[C, C]``, ``mask[i, j]`` iff ``j`` is in ``C_i``; the diagonal is ``False``.
@@ -141,8 +183,15 @@ def candidate_mask(
             mask = torch.zeros(c, c, dtype=torch.bool, device=scores.device)
             idx = torch.nonzero(published.to(scores.device)).reshape(-1)
             if idx.numel() >= 2:
-                mask[idx.unsqueeze(1), idx] = candidate_mask(meta[idx], goal, tau_sim, keep_fraction)
+                mask[idx.unsqueeze(1), idx] = candidate_mask(
+                    meta[idx], goal, tau_sim, keep_fraction, keep=keep
+                )
             return mask
+    if keep not in KEEP_MODES:
+        raise ValueError(f"filter.keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
+    if keep_fraction is not None and keep == "per_center":
+        top = top_k_mask(scores, keep_fraction)
+        return top | top.T
     if keep_fraction is not None:
         tau_sim = calibrate_threshold(scores, keep_fraction)
     mask = torch.ones_like(scores, dtype=torch.bool) if tau_sim is None else scores >= tau_sim

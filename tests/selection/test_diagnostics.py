@@ -1,0 +1,120 @@
+"""Mechanism diagnostics: rests by cause on hand-built matchings, repeat rate, same-unit rate, spread."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lightning_fed.algorithms import ABPS
+from lightning_fed.comm import Wire
+from lightning_fed.models import MortalityMLP
+from lightning_fed.selection.abps import BayesianSelector, propose_reject
+from lightning_fed.selection.diagnostics import (
+    MatchRecord,
+    posterior_mean_spread,
+    repeat_edges,
+    rest_causes,
+    same_group_slots,
+)
+from lightning_fed.types import RoundContext
+from tests.conftest import make_federation
+
+ALL3 = ~torch.eye(3, dtype=torch.bool)
+UP3 = torch.ones(3, dtype=torch.bool)
+
+
+def _match(scores: torch.Tensor, candidates: torch.Tensor, kappa: int, tau: float = 0.5):
+    partners = propose_reject(scores, candidates, kappa, tau, 0.0, torch.Generator().manual_seed(0))
+    return partners, MatchRecord(candidates, scores, tau)
+
+
+def test_no_capacity_three_centers_one_slot_each() -> None:
+    """3 centers, kappa 1, every score 0.9 >= tau: one pair forms whatever the order, and the third
+    center, whom both others would accept on score, finds them full: cause no_capacity."""
+    partners, match = _match(torch.full((3, 3), 0.9, dtype=torch.float64), ALL3, kappa=1)
+    assert sorted(len(p) for p in partners) == [0, 1, 1]
+    assert rest_causes(partners, UP3, match) == {
+        "unavailable": 0,
+        "no_candidates": 0,
+        "no_capacity": 1,
+        "rejected": 0,
+    }
+
+
+def test_rejected_is_the_lemma_1_rest() -> None:
+    """Centers 0 and 1 score center 2 at 0.3 < tau_acc = 0.5 and 2 scores them at 0.3 too (row i is
+    i's scores). 2 proposes to 0 and 1, who refuse on score; they propose to 2 (a proposer does not
+    test its own score), who refuses on score. 0 and 1 pair. Center 2 rests: rejected, Lemma 1."""
+    scores = torch.full((3, 3), 0.9, dtype=torch.float64)
+    scores[0, 2] = scores[1, 2] = scores[2, 0] = scores[2, 1] = 0.3
+    partners, match = _match(scores, ALL3, kappa=2)
+    assert partners == [[1], [0], []]
+    assert rest_causes(partners, UP3, match)["rejected"] == 1
+    assert rest_causes(partners, UP3, match)["no_capacity"] == 0
+
+
+def test_no_candidates_when_the_filter_leaves_none() -> None:
+    """Center 0 is in nobody's candidate set and has none: it rests with cause no_candidates."""
+    cand = ALL3.clone()
+    cand[0, :] = False
+    cand[:, 0] = False
+    partners, match = _match(torch.full((3, 3), 0.9, dtype=torch.float64), cand, kappa=1)
+    assert partners == [[], [2], [1]]
+    assert rest_causes(partners, UP3, match)["no_candidates"] == 1
+
+
+def test_unavailable_comes_first_and_causes_sum_to_the_rests() -> None:
+    """4 centers, center 3 down (faults): it rests as unavailable, not as no_candidates; with kappa 1
+    the other three form one pair and one no_capacity rest. Total 2 = the resting centers."""
+    up = torch.tensor([True, True, True, False])
+    cand = ~torch.eye(4, dtype=torch.bool) & up[None, :] & up[:, None]
+    partners, match = _match(torch.full((4, 4), 0.9, dtype=torch.float64), cand, kappa=1)
+    causes = rest_causes(partners, up, match)
+    assert causes["unavailable"] == 1 and causes["no_capacity"] == 1
+    assert sum(causes.values()) == sum(1 for p in partners if not p) == 2
+
+
+def test_repeat_same_unit_and_spread_by_hand() -> None:
+    """Edges {01, 23} then {01, 12}: 1 of 2 repeats. Units (0, 0, 1, 1), all candidates: partner
+    slots 0-1, 1-0 same, 1-2, 2-1 not -> 2 / 4; each center has 1 of 3 candidates in its unit, so
+    chance = 1/3. Spread: rows of means (0.5, 0.7, 0.3) over 2 candidates each: std 0.1 per row."""
+    assert repeat_edges([[1], [0, 2], [1], []], [[1], [0], [3], [2]]) == (1, 2)
+    same, expected, slots = same_group_slots(
+        [[1], [0, 2], [1], []], ~torch.eye(4, dtype=torch.bool), torch.tensor([0, 0, 1, 1])
+    )
+    assert (same, slots) == (2, 4) and expected == pytest.approx(4 / 3)
+    mean = torch.tensor([[0.0, 0.6, 0.4], [0.8, 0.0, 0.6], [0.2, 0.4, 0.0]], dtype=torch.float64)
+    assert posterior_mean_spread(mean, ALL3) == pytest.approx(0.1)
+
+
+def test_abps_reports_the_diagnostics_and_the_causes_sum_to_isolation_rate() -> None:
+    """Through ABPS.aggregate on 4 centers for 3 rounds with kappa 1: every per-round and summary
+    cause share sums to the isolation rate, and the repeat rate and spread are reported."""
+    data = make_federation([30, 20, 25, 15])
+    module = MortalityMLP(in_features=data.num_features, hidden=(4, 3))
+    algo = ABPS(selector=BayesianSelector(kappa=1))
+    algo.setup(data, module, seed=0)
+    params = {
+        n: torch.stack([p.detach().clone() + k for k in range(4)]) for n, p in module.named_parameters()
+    }
+    wire = Wire()
+    for r in range(3):
+        ctx = RoundContext(round=r, seed=0, val_utility=lambda p, c: p["layers.0.bias"][:, 0].double())
+        params = algo.aggregate(ctx, params, wire)
+        stats = algo.round_stats()
+        causes = sum(
+            stats[f"isolation_{c}"] for c in ("unavailable", "no_candidates", "no_capacity", "rejected")
+        )
+        assert causes == pytest.approx(stats["isolation_rate"])
+        assert "posterior_mean_spread" in stats
+    summary = algo.summary_stats()
+    causes = sum(
+        summary[f"isolation_{c}"] for c in ("unavailable", "no_candidates", "no_capacity", "rejected")
+    )
+    assert causes == pytest.approx(summary["isolation_rate"])
+    assert 0.0 <= summary["partner_repeat_rate"] <= 1.0
+    state = algo.state_dict()
+    again = ABPS(selector=BayesianSelector(kappa=1))
+    again.setup(data, module, seed=0)
+    again.load_state_dict(state)
+    assert again.summary_stats() == summary

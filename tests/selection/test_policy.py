@@ -1,0 +1,93 @@
+"""Selection policies against closed forms: UCB (Eq. 7), ScaledUCB's noise scale, Thompson's Beta draws."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lightning_fed.selection.abps import BayesianSelector
+from lightning_fed.selection.abps.policy import UCB, ScaledUCB, Thompson
+from lightning_fed.selection.abps.posterior import BetaPosterior
+from lightning_fed.selection.abps.ucb import ucb
+
+
+def _posterior() -> BetaPosterior:
+    post = BetaPosterior(3)
+    post.update(torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0]), torch.tensor([0.6, 0.8, 0.3]))
+    return post
+
+
+def test_ucb_policy_is_eq_7() -> None:
+    post = _posterior()
+    got = UCB(gamma=0.3).scores(post, 4, torch.Generator())
+    assert torch.equal(got, ucb(post.mean(), post.count, 4, 0.3))
+
+
+def test_scaled_ucb_scale_is_twice_the_pooled_within_pair_std_by_hand() -> None:
+    """Observations: pair (0, 1) saw 0.6 and 0.8, pair (1, 0) saw 0.3: N = 3, P = 2 pairs.
+    Within-pair sum of squares: (0.6 - 0.7)^2 + (0.8 - 0.7)^2 + 0 = 0.02 on N - P = 1 dof, so
+    sigma_w = sqrt(0.02) = 0.14142 and s = 2 sigma_w = 0.28284. The score is Eq. 7 with gamma s:
+    for (0, 1) at t = 4: mu = (1 + 1.4) / (2 + 2) = 0.6, bonus = gamma s sqrt(2 ln 4 / 3)."""
+    post, policy = _posterior(), ScaledUCB(gamma=1.0)
+    assert policy.s() == 1.0  # before any observation: Eq. 7 itself
+    policy.observe(torch.tensor([0, 0, 1]), torch.tensor([1, 1, 0]), torch.tensor([0.6, 0.8, 0.3]), 3)
+    assert policy.s() == pytest.approx(2 * math.sqrt(0.02))
+    scores = policy.scores(post, 4, torch.Generator())
+    assert float(scores[0, 1]) == pytest.approx(0.6 + 2 * math.sqrt(0.02) * math.sqrt(2 * math.log(4) / 3))
+    state = policy.state_dict()
+    again = ScaledUCB(gamma=1.0)
+    again.load_state_dict(state)
+    assert again.s() == policy.s()
+
+
+def test_scaled_ucb_with_one_observation_per_pair_falls_back_to_eq_7() -> None:
+    policy = ScaledUCB()
+    policy.observe(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.tensor([0.9, 0.1]), 2)
+    assert policy.s() == 1.0  # N - P = 0: no within-pair information yet
+
+
+def test_scaled_ucb_fixed_scale_one_is_ucb() -> None:
+    post = _posterior()
+    assert torch.equal(
+        ScaledUCB(gamma=0.7, scale=1.0).scores(post, 5, torch.Generator()),
+        UCB(gamma=0.7).scores(post, 5, torch.Generator()),
+    )
+
+
+def test_thompson_draws_match_the_beta_moments_and_are_reproducible() -> None:
+    """Beta(a, b): mean a / (a + b), variance ab / ((a + b)^2 (a + b + 1)); here Beta(3, 2):
+    mean 0.6, variance 6 / (25 * 6) = 0.04."""
+    post = BetaPosterior(200)
+    post.alpha.fill_(3.0)
+    post.beta.fill_(2.0)
+    draws = Thompson().scores(post, 1, torch.Generator().manual_seed(5))
+    assert float(draws.mean()) == pytest.approx(0.6, abs=0.005)
+    assert float(draws.var()) == pytest.approx(0.04, abs=0.002)
+    assert torch.equal(draws, Thompson().scores(post, 1, torch.Generator().manual_seed(5)))
+    assert not torch.equal(draws, Thompson().scores(post, 1, torch.Generator().manual_seed(6)))
+    assert bool(((draws >= 0) & (draws <= 1)).all())
+
+
+def test_gamma_belongs_to_the_policy_when_one_is_given() -> None:
+    with pytest.raises(ValueError, match=r"give gamma under algorithm\.selector\.policy\.init_args"):
+        BayesianSelector(gamma=0.1, policy=UCB(0.1))
+    assert BayesianSelector(gamma=0.1).policy.gamma == 0.1
+
+
+def test_default_policy_reproduces_the_paper_ucb_bit_for_bit() -> None:
+    """The default selector's partner sets are those of an explicit UCB(sqrt 2) policy, round by round."""
+    results = []
+    for policy in (None, UCB(math.sqrt(2.0))):
+        sel = BayesianSelector(kappa=2, policy=policy)
+        sel.setup(torch.zeros(12, 3), seed=3)
+        rounds = []
+        for r in range(4):
+            p = sel.select(r)
+            i = torch.tensor([a for a, ps in enumerate(p) for _ in ps])
+            j = torch.tensor([b for ps in p for b in ps])
+            sel.observe(i, j, 0.05 * torch.cos(i.double() * 3 + j.double()))
+            rounds.append(p)
+        results.append(rounds)
+    assert results[0] == results[1]
