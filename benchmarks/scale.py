@@ -37,6 +37,11 @@ from typing import Any
 
 KEYS = ("seconds_train", "seconds_aggregate", "seconds_eval", "seconds_collectives")
 
+#: The checkout this file belongs to: its ``lightning_fed`` is the one measured (workers inherit it).
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
 
 def _federation_parts(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     from lightning_fed.algorithms import ABPS, FedAvg
@@ -87,7 +92,8 @@ def worker(args: argparse.Namespace) -> None:
 
 def run_launch(args: argparse.Namespace, processes: int) -> dict[str, Any]:
     """``processes`` ranks in a fresh launch, ``args.threads`` threads each."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=path)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", f"--processes={processes}"]
     cmd += [f"--algorithm={args.algorithm}", f"--centers={args.centers}", f"--stays={args.stays}"]
     cmd += [f"--rounds={args.rounds}"]

@@ -23,7 +23,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["fit_parser", "main"]
+from lightning_fed.startup import (
+    STARTUP_LOG_ENV,
+    logger_enabled_hint,
+    mark,
+    preimport_wandb,
+    startup_marks,
+)
+
+__all__ = ["STARTUP_LOG_ENV", "fit_parser", "main"]
+
 
 USAGE = """usage: lightning-fed {fit,test,refer,data,sweep,report} [options]
 
@@ -309,10 +318,13 @@ def _build_federation(init: Any, fabric: Any) -> Any:
 
     try:
         data = init.data.build(init.seed)
+        mark("data")
         wire = Wire(hook=init.comm, faults=init.get("faults"), max_norm_ratio=init.wire.max_norm_ratio)
-        return Federation(
+        federation = Federation(
             data, init.model, init.algorithm, init.trainer, fabric=fabric, seed=init.seed, wire=wire
         )
+        mark("federation")
+        return federation
     except (ValueError, TypeError, FileNotFoundError) as err:
         _fail(str(err))
 
@@ -356,7 +368,10 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     argv, resume = _resume_argv(argv)
     if resume is not None and overwrite:
         _fail("--resume continues a run and --overwrite starts it again: give one of them")
+    if not _launched() and logger_enabled_hint(argv):  # rank 0 alone logs
+        preimport_wandb()
     parser = fit_parser()
+    mark("parser")
     cfg = parser.parse_args(argv)
     init = _instantiate(parser, cfg)
     label = _label(cfg, init.output, init.algorithm)
@@ -368,6 +383,7 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
     init.output.label = label
     config = dumped.as_dict()
     lock, created = (None, None) if _launched() else _claim(run_dir, resume is not None, overwrite, config)
+    mark("config")
     federation = None
     try:
         federation, loggers, fingerprint = _build_run(init, parser, dumped, config, run_dir, resume)
@@ -405,7 +421,10 @@ def _build_run(
         checkpoint,
     ]
     loggers = init.logger.build(run_dir, config)
-    fabric = _fabric(init.fabric, [*callbacks, *extra], loggers)
+    mark("loggers")
+    marks = startup_marks()  # the debug timing hook's observers (none unless it is on)
+    fabric = _fabric(init.fabric, [*marks[:1], *callbacks, *extra, *marks[1:]], loggers)
+    mark("fabric")
     federation = _build_federation(init, fabric)
     if resume is not None:
         try:
@@ -461,6 +480,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     )
     for logger in loggers:
         logger.experiment.finish()
+    mark("exit")
     return summary
 
 
@@ -797,6 +817,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(USAGE)
         return
     command, rest = argv[0], argv[1:]
+    mark("main")
     commands = {"fit": fit, "test": test, "refer": refer, "data": data, "sweep": sweep, "report": report}
     if command not in commands:
         _fail(f"unknown command {command!r}; choose one of {sorted(commands)} (see lightning-fed --help)")

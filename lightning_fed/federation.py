@@ -13,7 +13,8 @@ Observer hooks, in call order (each receives the federation first)::
         #                                  engine.train_round(r))
         # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
         # engine.set_mask(algorithm.parameter_mask())   next round's sparse mask (None: dense)
-        # evaluation                       per-center validation and test AUROC
+        # evaluation                       per-center validation and test AUROC (on the rounds
+        #                                  trainer.eval_every selects; see below)
         on_round_end(federation, result)   result: RoundResult; a callback may set
                                            federation.should_stop = True
     on_train_end(federation)               after the last round, before the summary (early
@@ -25,6 +26,28 @@ Observer hooks, in call order (each receives the federation first)::
 
 Per-round scalars (mean/std AUROC, bytes, and the algorithm's own statistics) also go to
 ``fabric.log_dict`` so every Fabric logger (W&B) receives them.
+
+Evaluation cadence (``trainer.eval_every = k``, default 1; :meth:`Federation.evaluates`). The
+per-round evaluation is read only by observers: the progress bar (mean validation AUROC),
+``rounds.parquet`` (per-center ``val_auroc`` / ``test_auroc``), the loggers (their means) and
+observers such as :class:`~lightning_fed.callbacks.EarlyStopping` (mean validation AUROC, every
+round). No decision plugin reads it: ABPS's Shapley credit, DeFTA's trust and WPFed's ranks
+evaluate their own candidate models through :attr:`RoundContext.val_utility
+<lightning_fed.types.RoundContext.val_utility>` inside ``aggregate``, on every round, whatever
+``k``. So:
+
+* the test split is evaluated at the 0-based rounds ``r`` with ``(r + 1) % k == 0`` and always at
+  the last round of the budget, ``r = trainer.rounds - 1`` (k = 3, 10 rounds: rounds 2, 5, 8, 9);
+* the validation split on the same rounds, unless some observer among the Fabric callbacks has
+  ``needs_val_every_round = True`` (early stopping), which makes it every round;
+* on the other rounds :class:`~lightning_fed.types.RoundResult` carries None for that split's
+  per-center AUROC and accuracy, ``rounds.parquet`` a null, the loggers no ``<split>_*`` scalar
+  that round, and the progress bar keeps the last value shown.
+
+Evaluation changes no state and draws no random numbers, so training, every value recorded and the
+summary (evaluated after the last round, always) are the same for every ``k``; ``k = 1`` is the
+former behaviour, bit for bit. A run early-stopped before its budget ends on a round the cadence
+may have skipped; its final numbers are those of ``summary.json``.
 
 Under Fabric DDP (``fabric.world_size > 1``) each rank trains its shard of the centers and the
 engine gathers the others' parameters after local training (:mod:`lightning_fed.distributed`);
@@ -207,6 +230,25 @@ class Federation:
         index = self.assignment.to(next(iter(params.values())).device)
         return {n: p.index_select(0, index) for n, p in params.items()}
 
+    @property
+    def val_every_round(self) -> bool:
+        """Whether an observer (a Fabric callback with ``needs_val_every_round = True``, such as
+        :class:`~lightning_fed.callbacks.EarlyStopping`) reads the validation AUROC every round."""
+        callbacks = getattr(self.fabric, "_callbacks", ())  # what fabric.call reaches
+        return any(getattr(cb, "needs_val_every_round", False) for cb in callbacks)
+
+    def evaluates(self, r: int, split: str = "test") -> bool:
+        """Whether round ``r`` (0-based) evaluates ``split`` per center (module docstring, cadence).
+
+        ``"test"``: ``(r + 1) % trainer.eval_every == 0`` or ``r == trainer.rounds - 1``. ``"val"``:
+        the same, or every round when :attr:`val_every_round`.
+        """
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        every = getattr(self.trainer, "eval_every", 1)
+        due = (r + 1) % every == 0 or r == self.trainer.rounds - 1
+        return due or (split == "val" and self.val_every_round)
+
     def evaluate(self, split: str = "test") -> Evaluation:
         """Per-center AUROC on ``"val"`` or ``"test"``."""
         if split not in ("val", "test"):
@@ -286,7 +328,8 @@ class Federation:
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)
         t2 = time.perf_counter()
-        val, test = self.evaluate("val"), self.evaluate("test")
+        val = self.evaluate("val") if self.evaluates(r, "val") else None
+        test = self.evaluate("test") if self.evaluates(r, "test") else None
         t3 = time.perf_counter()
         ledger = self.wire.ledger
         bytes_per_center = ledger.per_center(self.data.num_centers, r)
@@ -308,15 +351,15 @@ class Federation:
         return RoundResult(
             round=r,
             train_loss=losses.cpu()[self.assignment],
-            val_auroc=val.auroc,
-            test_auroc=test.auroc,
+            val_auroc=None if val is None else val.auroc,
+            test_auroc=None if test is None else test.auroc,
             bytes_per_center=bytes_per_center,
             bytes_round=ledger.round_total(r),
             bytes_cumulative=ledger.total(),
             seconds=t3 - t0,
             stats=stats,
-            val_accuracy=val.accuracy,
-            test_accuracy=test.accuracy,
+            val_accuracy=None if val is None else val.accuracy,
+            test_accuracy=None if test is None else test.accuracy,
         )
 
     def _fault_stats(self, r: int) -> dict[str, float]:
@@ -332,7 +375,12 @@ class Federation:
 
     @staticmethod
     def _round_scalars(result: RoundResult) -> dict[str, float]:
-        val, test = summarize(result.val_auroc), summarize(result.test_auroc)
+        """The round's scalars for the loggers; a split not evaluated this round has none."""
+        auroc: dict[str, float] = {}
+        for split, values in (("val", result.val_auroc), ("test", result.test_auroc)):
+            if values is not None:
+                s = summarize(values)
+                auroc.update({f"{split}_auroc_mean": s.mean, f"{split}_auroc_std": s.std})
         accuracy = {
             f"{split}_accuracy_mean": summarize(acc).mean
             for split, acc in (("val", result.val_accuracy), ("test", result.test_accuracy))
@@ -340,10 +388,7 @@ class Federation:
         }
         return {
             "round": result.round,
-            "val_auroc_mean": val.mean,
-            "val_auroc_std": val.std,
-            "test_auroc_mean": test.mean,
-            "test_auroc_std": test.std,
+            **auroc,
             "train_loss_mean": float(result.train_loss.nanmean()),
             "bytes_round": result.bytes_round,
             "mb_cumulative": result.bytes_cumulative / 1e6,

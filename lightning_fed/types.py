@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -73,21 +74,26 @@ class RoundResult:
     Attributes:
         round: Round index (0-based).
         train_loss: Mean local batch loss per center ``[C]``.
-        val_auroc: Validation AUROC per center ``[C]`` (NaN when undefined).
-        test_auroc: Test AUROC per center ``[C]`` (NaN when undefined).
+        val_auroc: Validation AUROC per center ``[C]`` (NaN when undefined); None on a round that
+            did not evaluate validation (``trainer.eval_every > 1``, see
+            :meth:`Federation.evaluates <lightning_fed.federation.Federation.evaluates>`).
+        test_auroc: Test AUROC per center ``[C]`` (NaN when undefined); None on a round that did
+            not evaluate the test split (``trainer.eval_every > 1``).
         bytes_per_center: Bytes on edges touching each center this round ``[C]``.
         bytes_round: All bytes of this round.
         bytes_cumulative: All bytes so far.
         seconds: Wall time of the round.
         stats: Scalars from the algorithm (isolation rate, E|P_i|, ...).
-        val_accuracy: Validation accuracy per center ``[C]`` (None when not computed).
-        test_accuracy: Test accuracy per center ``[C]`` (None when not computed).
+        val_accuracy: Validation accuracy per center ``[C]`` (None when not computed or not
+            evaluated this round).
+        test_accuracy: Test accuracy per center ``[C]`` (None when not computed or not evaluated
+            this round).
     """
 
     round: int
     train_loss: Tensor
-    val_auroc: Tensor
-    test_auroc: Tensor
+    val_auroc: Tensor | None
+    test_auroc: Tensor | None
     bytes_per_center: Tensor
     bytes_round: int
     bytes_cumulative: int
@@ -111,6 +117,16 @@ class TrainerConfig:
             ``local_epochs`` epochs, whatever the center's size (EdgeDRM App. D.1: "ten local updates
             per round"); None (default) trains epochs.
         engine: Local-training engine; default :class:`~lightning_fed.engine.PackedEngine`.
+        eval_every: Evaluate the per-round test AUROC every ``eval_every`` rounds: at the 0-based
+            rounds ``r`` with ``(r + 1) % eval_every == 0`` and always at the last round of the
+            budget (``r = rounds - 1``). Validation follows the same cadence unless an observer
+            needs it every round (early stopping does); see :meth:`Federation.evaluates
+            <lightning_fed.federation.Federation.evaluates>`. Training, the final summary and
+            every number recorded are the same for every value; rounds not evaluated have null
+            ``test_auroc`` (``val_auroc``) in ``rounds.parquet``. Default 1: every round.
+
+    Raises:
+        ValueError: One line naming the ``trainer`` key, if a value is below 1.
     """
 
     def __init__(
@@ -120,11 +136,20 @@ class TrainerConfig:
         batch_size: int = 128,
         engine: Engine | None = None,
         local_steps: int | None = None,
+        eval_every: int = 1,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
             if int(value) < 1:
                 raise ValueError(f"trainer.{key} must be >= 1, got {value}")
+        try:
+            every = operator.index(eval_every)  # ints and numpy integers, not floats or strings
+        except TypeError:
+            every = 0
+        if isinstance(eval_every, bool) or every < 1:
+            raise ValueError(
+                f"trainer.eval_every must be an integer >= 1 (1: evaluate every round), got {eval_every!r}"
+            )
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 
@@ -132,3 +157,4 @@ class TrainerConfig:
         self.rounds, self.local_epochs, self.batch_size = int(rounds), int(local_epochs), int(batch_size)
         self.engine = engine
         self.local_steps = None if local_steps is None else int(local_steps)
+        self.eval_every = every

@@ -25,6 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lightning_fed.comm.exchange import rows_per_chunk
+
 __all__ = ["mix", "mix_received", "renormalize", "sample_weights", "weighted_average"]
 
 
@@ -74,11 +76,17 @@ def mix_received(
     dst: Tensor,
     self_weight: Tensor,
     edge_weight: Tensor,
+    max_bytes: int | None = None,
 ) -> dict[str, Tensor]:
     """``theta_i <- a_i theta_i + sum_{e: dst_e = i} b_e r_e`` for every shared tensor.
 
     The weights are cast to each tensor's device and dtype; the sum over a receiver's messages is
     an ``index_add`` in send order.
+
+    With ``max_bytes``, receivers ``[lo, hi)`` with at most that many bytes of incoming messages
+    (at least one receiver) are mixed by one call on their own rows and their messages (in send
+    order), so each row is computed by the same operations as in one call over everyone, and the
+    products ``b_e r_e`` exist for one group at a time.
 
     Args:
         shared: Own shared parameters ``{name: [C, ...]}``.
@@ -86,7 +94,44 @@ def mix_received(
         dst: Receiver of every message ``[E]``.
         self_weight: ``a`` ``[C]``.
         edge_weight: ``b`` ``[E]`` (``a_i + sum_{e: dst_e = i} b_e = 1`` for a row-stochastic mix).
+        max_bytes: Most bytes of messages mixed at once (None: all).
     """
+    chunk = len(dst) if max_bytes is None else rows_per_chunk(received, max_bytes)
+    if len(dst) <= chunk:
+        return _mix_all(shared, received, dst, self_weight, edge_weight)
+    num_centers = len(self_weight)
+    out = {n: torch.empty_like(t) for n, t in shared.items()}
+    incoming = torch.bincount(dst, minlength=num_centers).cumsum(0)
+    lo = 0
+    while lo < num_centers:  # the largest group [lo, hi) with <= chunk messages (>= 1 center)
+        base = int(incoming[lo - 1]) if lo else 0
+        hi = max(lo + 1, int(torch.searchsorted(incoming, base + chunk, right=True)))
+        edges = torch.nonzero((dst >= lo) & (dst < hi)).reshape(-1)
+        if len(edges) and int(edges[-1] - edges[0]) + 1 == len(edges):  # receiver-major: a view
+            theirs = {n: t[int(edges[0]) : int(edges[-1]) + 1] for n, t in received.items()}
+        else:
+            theirs = {n: t.index_select(0, edges.to(t.device)) for n, t in received.items()}
+        part = _mix_all(
+            {n: t[lo:hi] for n, t in shared.items()},
+            theirs,
+            dst[edges] - lo,
+            self_weight[lo:hi],
+            edge_weight[edges],
+        )
+        for name, t in part.items():
+            out[name][lo:hi] = t
+        lo = hi
+    return out
+
+
+def _mix_all(
+    shared: dict[str, Tensor],
+    received: dict[str, Tensor],
+    dst: Tensor,
+    self_weight: Tensor,
+    edge_weight: Tensor,
+) -> dict[str, Tensor]:
+    """:func:`mix_received` in one call."""
     out = {}
     for name, own in shared.items():
         dev, dt = own.device, own.dtype

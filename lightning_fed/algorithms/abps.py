@@ -55,6 +55,21 @@ round it is sent (a rejected attempt's bytes stay booked as well); with ``privac
 descriptor carries the same noise (drawn from the seed and the center id), so it costs no extra
 privacy budget. Who has published and what arrived are part of :meth:`ABPS.state_dict`, so a resumed
 run publishes exactly as an uninterrupted one.
+
+Scale (issue 17). Nothing of a round is built for all ``C^2`` pairs or all ``E`` messages at once
+beyond the accepted messages themselves: the selector keeps its posterior for the observed pairs
+only and matches a block of proposers at a time (:mod:`~lightning_fed.selection.abps.matching`);
+the peer exchange runs :func:`~lightning_fed.comm.exchange.peer_exchange` on chunks of at most
+:data:`CHUNK_BYTES` of messages (the receivers' reference rows and the norm test's float64 copies
+exist for one chunk at a time); the mix runs :func:`~lightning_fed.aggregation.mixing.mix_received`
+on groups of receivers with at most a chunk of incoming messages; the Shapley credit builds and
+evaluates its coalition models in chunks (:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`).
+Each split computes every value by the operations of the one big call, so a run is bit-identical to
+the former all-at-once implementation (compared in ``tests/algorithms/test_abps.py`` and the tests
+of :mod:`lightning_fed.selection`). Checkpoints: the posterior (and :class:`~lightning_fed.selection.
+abps.ScaledUCB`'s sums) are now saved sparse; a checkpoint written before issue 17, with dense
+``[C, C]`` matrices, still loads (converted without loss), but a new checkpoint does not load into
+older code.
 """
 
 from __future__ import annotations
@@ -81,6 +96,7 @@ from lightning_fed.selection.abps.selector import BayesianSelector
 from lightning_fed.selection.base import PartnerSelector, partner_edges, partner_lists
 from lightning_fed.selection.diagnostics import (
     REST_CAUSES,
+    MeanRows,
     posterior_mean_spread,
     repeat_edges,
     rest_causes,
@@ -91,6 +107,9 @@ from lightning_fed.types import RoundContext
 __all__ = ["ABPS"]
 
 _log = logging.getLogger(__name__)
+
+#: Most bytes of messages one exchange call or one mixing call handles (module docstring, "Scale").
+CHUNK_BYTES = 64 * 2**20
 
 
 class ABPS(Algorithm):
@@ -225,14 +244,14 @@ class ABPS(Algorithm):
         out = dict(params)
         self._book(partners, wire, shared)
         self._diagnose(partners, available)
-        got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round)
+        got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round, max_bytes=CHUNK_BYTES)
         src, dst = got.src, got.dst
         partners = partner_lists(src, dst, self.num_centers)  # the accepted partners
         t2 = t3 = time.perf_counter()
         if len(src):
             sizes = self.n_train.to(torch.float64)
             self_w, edge_w = renormalize(sizes, sizes[src], dst)
-            mixed = mix_received(shared, got.received, dst, self_w, edge_w)
+            mixed = mix_received(shared, got.received, dst, self_w, edge_w, max_bytes=CHUNK_BYTES)
             active = torch.tensor([bool(p) for p in partners])
             for name, own in shared.items():
                 if self.server_momentum.beta:  # without a recorded start (no local training): own
@@ -255,7 +274,8 @@ class ABPS(Algorithm):
         if bool(available.all()):
             return self.selector.select(round_idx)
         partners = self.selector.select(round_idx, available=available)
-        return [[j for j in ps if available[j]] if available[i] else [] for i, ps in enumerate(partners)]
+        up = available.tolist()
+        return [[j for j in ps if up[j]] if up[i] else [] for i, ps in enumerate(partners)]
 
     def _book(self, partners: list[list[int]], wire: Wire, shared: dict[str, Tensor]) -> None:
         """Round statistics: isolation, E|P_i|, and bytes a resting center did not send."""
@@ -293,8 +313,9 @@ class ABPS(Algorithm):
             diag["causes"][cause] += n
             stats[f"isolation_{cause}"] = n / c
         posterior = getattr(self.selector, "posterior", None)
-        if posterior is not None:
-            spread = posterior_mean_spread(posterior.mean(), self.selector.candidates)
+        if posterior is not None:  # read a block of rows at a time when the posterior can
+            means = posterior if isinstance(posterior, MeanRows) else posterior.mean()
+            spread = posterior_mean_spread(means, self.selector.candidates)
             diag["spread"] = stats["posterior_mean_spread"] = spread
         if self.groups is not None:
             cand = match.candidates if match is not None else ~torch.eye(c, dtype=torch.bool)

@@ -21,13 +21,17 @@ parameters are ``best_round``'s; False when ``restore_best=False`` or no round i
 parameters are round ``best_round``'s if ``restored_best`` else round ``stopped_round``'s.
 
 A run resumed from a checkpoint written after patience ran out stays stopped (no extra round).
+
+It reads the validation AUROC every round, so it sets ``needs_val_every_round``: with it among the
+callbacks the federation evaluates validation every round whatever ``trainer.eval_every`` (which
+then thins out only the test evaluations; see :mod:`lightning_fed.federation`).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from lightning_fed.callbacks.base import Callback
 from lightning_fed.metrics import summarize
@@ -48,6 +52,9 @@ class EarlyStopping(Callback):
     Raises:
         ValueError: If ``patience < 1``, ``min_delta < 0`` or ``restore_best`` is not a bool.
     """
+
+    #: Read by the federation: evaluate validation every round, whatever ``trainer.eval_every``.
+    needs_val_every_round: ClassVar[bool] = True
 
     def __init__(self, patience: int = 10, min_delta: float = 0.0, restore_best: bool = True) -> None:
         if patience < 1:
@@ -70,6 +77,11 @@ class EarlyStopping(Callback):
 
     def on_round_end(self, federation: Any, result: RoundResult) -> None:
         self.last_round = int(result.round)
+        if result.val_auroc is None:  # not evaluated (cannot happen under a Federation: see above)
+            raise ValueError(
+                f"early stopping got no validation AUROC at round {result.round}: keep EarlyStopping "
+                "among the federation's Fabric callbacks (it evaluates validation every round then)"
+            )
         score = summarize(result.val_auroc).mean
         if not math.isnan(score) and score > self.best + self.min_delta:
             self.best, self.best_round, self.wait = score, result.round, 0

@@ -18,7 +18,8 @@ __all__ = ["ProgressBar"]
 class ProgressBar(Callback):
     """Show per-round progress (round, mean validation AUROC, cumulative MB, algorithm statistics).
 
-    Under DDP only rank 0 shows the bar.
+    Under DDP only rank 0 shows the bar. On a round that did not evaluate validation
+    (``trainer.eval_every > 1``) the bar keeps the last validation values shown.
 
     Args:
         enabled: Turn the bar off (e.g. in sweeps that log to W&B only).
@@ -28,6 +29,8 @@ class ProgressBar(Callback):
         self.enabled = enabled
         self.bar: tqdm | None = None
         self._last_refresh = 0.0
+        self._val_auroc: str | None = None
+        self._val_acc: str | None = None
 
     def on_fit_start(self, federation: Any) -> None:
         if self.enabled and federation.fabric.is_global_zero:
@@ -43,10 +46,14 @@ class ProgressBar(Callback):
     def on_round_end(self, federation: Any, result: RoundResult) -> None:
         if self.bar is None:
             return
-        val = summarize(result.val_auroc)
-        postfix = {"val_auroc": f"{val.mean:.4f}", "MB": f"{result.bytes_cumulative / 1e6:.1f}"}
-        if result.val_accuracy is not None:
-            postfix["val_acc"] = f"{summarize(result.val_accuracy).mean:.4f}"
+        if result.val_auroc is not None:  # else keep the last values shown
+            self._val_auroc = f"{summarize(result.val_auroc).mean:.4f}"
+            acc = result.val_accuracy
+            self._val_acc = None if acc is None else f"{summarize(acc).mean:.4f}"
+        postfix = {} if self._val_auroc is None else {"val_auroc": self._val_auroc}
+        postfix["MB"] = f"{result.bytes_cumulative / 1e6:.1f}"
+        if self._val_acc is not None:
+            postfix["val_acc"] = self._val_acc
         postfix.update({k: f"{v:.3g}" for k, v in result.stats.items() if not k.startswith("seconds")})
         self.bar.set_postfix(postfix, refresh=False)
         self.bar.update(1)

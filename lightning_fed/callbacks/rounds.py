@@ -24,6 +24,9 @@ class RoundsWriter(Callback):
 
     Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges
     touching the center), plus the round's algorithm statistics (same value for every center).
+    ``val_auroc`` / ``test_auroc`` are NaN where a center's AUROC is undefined (one class in its
+    split) and null on the rounds that did not evaluate that split (``trainer.eval_every > 1``:
+    test at rounds ``k - 1, 2k - 1, ...`` and the last; see :mod:`lightning_fed.federation`).
 
     Args:
         path: Target parquet file.
@@ -38,14 +41,14 @@ class RoundsWriter(Callback):
             self.frames = [pl.read_parquet(self.path).filter(pl.col("round") < federation.round)]
 
     def on_round_end(self, federation: Any, result: RoundResult) -> None:
-        c = result.val_auroc.shape[0]
+        c = result.train_loss.shape[0]
         columns: dict[str, Any] = {
             "round": [result.round] * c,
             "center": list(range(c)),
             "name": [center.name for center in federation.data.centers],
             "train_loss": result.train_loss.double().numpy(),
-            "val_auroc": result.val_auroc.double().numpy(),
-            "test_auroc": result.test_auroc.double().numpy(),
+            "val_auroc": _per_center(result.val_auroc, c),
+            "test_auroc": _per_center(result.test_auroc, c),
             "bytes": result.bytes_per_center.numpy(),
         }
         columns.update({k: [float(v)] * c for k, v in result.stats.items()})
@@ -58,3 +61,10 @@ class RoundsWriter(Callback):
         self.frames = [frame]
         with atomic_path(self.path) as tmp:
             frame.write_parquet(tmp)
+
+
+def _per_center(values: Any, c: int) -> Any:
+    """A float64 column of ``c`` values: the round's per-center metric, or nulls when not evaluated."""
+    if values is None:
+        return pl.Series(values=[None] * c, dtype=pl.Float64)
+    return values.double().numpy()

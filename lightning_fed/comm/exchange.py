@@ -24,7 +24,7 @@ from torch import Tensor
 
 from lightning_fed.comm.wire import Wire
 
-__all__ = ["Delivery", "exchange", "peer_exchange", "rows"]
+__all__ = ["Delivery", "exchange", "peer_exchange", "rows", "rows_per_chunk"]
 
 
 @dataclass(frozen=True)
@@ -99,9 +99,21 @@ def exchange(
 
 
 def peer_exchange(
-    wire: Wire, shared: dict[str, Tensor], src: Tensor, dst: Tensor, round_idx: int
+    wire: Wire,
+    shared: dict[str, Tensor],
+    src: Tensor,
+    dst: Tensor,
+    round_idx: int,
+    max_bytes: int | None = None,
 ) -> Delivery:
     """Peers send ``shared[src[e]]`` to ``dst[e]``; each receiver validates against its own ``shared``.
+
+    With ``max_bytes`` the edges go in chunks of at most that many bytes of messages (at least one
+    edge), one :func:`exchange` call each. Each call sends, books and validates its edges as one
+    call over all would (bytes per edge, the receiver's own-norm test per message, the faults keyed
+    by sender and round), so the :class:`Delivery` is the same; what a call holds besides the
+    accepted messages (the receivers' reference rows and the norm test's float64 copies) is bounded
+    by the chunk. The accepted messages are copied into one buffer, in send order.
 
     Args:
         wire: The wire.
@@ -109,6 +121,30 @@ def peer_exchange(
         src: Senders ``[E]``.
         dst: Receivers ``[E]``.
         round_idx: The round.
+        max_bytes: Most bytes of messages per :func:`exchange` call (None: one call).
     """
     src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
-    return exchange(wire, rows(shared, src), src, dst, round_idx, own=rows(shared, dst))
+    chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
+    if len(src) <= chunk:
+        return exchange(wire, rows(shared, src), src, dst, round_idx, own=rows(shared, dst))
+    received: dict[str, Tensor] = {}
+    parts: list[tuple[Tensor, Tensor, Tensor]] = []
+    filled = 0
+    for lo in range(0, len(src), chunk):
+        s, d = src[lo : lo + chunk], dst[lo : lo + chunk]
+        got = exchange(wire, rows(shared, s), s, d, round_idx, own=rows(shared, d))
+        if not received:
+            received = {n: t.new_empty((len(src), *t.shape[1:])) for n, t in got.received.items()}
+        for name, t in got.received.items():
+            received[name][filled : filled + len(got.src)] = t
+        filled += len(got.src)
+        parts.append((got.src, got.dst, got.accepted))
+        del got
+    src_acc, dst_acc, accepted = (torch.cat(column) for column in zip(*parts, strict=True))
+    return Delivery({n: t[:filled] for n, t in received.items()}, src_acc, dst_acc, accepted)
+
+
+def rows_per_chunk(tensors: dict[str, Tensor], max_bytes: int) -> int:
+    """Rows of ``tensors`` (one message each) that fit in ``max_bytes``, at least one."""
+    per_row = sum(t[0].numel() * t.element_size() for t in tensors.values() if len(t))
+    return max(1, int(max_bytes) // max(1, per_row))

@@ -35,7 +35,8 @@ Levels
 Centers, sizes, years
     As :class:`~lightning_fed.data.synthetic.TeacherICU`
     (:mod:`lightning_fed.data.synthetic_layout`): care unit x 2-year window, sites
-    ``"<unit> <start>-<start + 1>"``, heavy-tailed Lomax sizes summing to ``num_stays``, year =
+    ``"<unit> <start>-<start + 1>"`` (plus ``" #<j>"`` for the sub-centers of a window beyond 246
+    centers), heavy-tailed Lomax sizes summing to ``num_stays``, year =
     window start + 0 or 1. Attributes per site: ``care_unit``, ``window_start`` and ``base_rate``,
     the center's expected positive rate in closed form: with
     :math:`\delta = (W_g)_1 - (W_g)_0` and :math:`c = (b_g)_1 - (b_g)_0`,
@@ -210,7 +211,9 @@ class FedProxSynthetic(TableSource):
     (stratified) and standardizes all 60 columns on the center's own train split.
 
     Args:
-        num_centers: Number of (care unit, window) centers, 1 to ``6 * 41 = 246``.
+        num_centers: Number of centers (>= 1): one per (care unit, window) up to ``6 * 41 = 246``;
+            beyond, sub-centers share a window (:mod:`~lightning_fed.data.synthetic_layout`), each
+            its own device under ``level="center"``.
         num_stays: Total rows (>= ``num_centers * min_stays``).
         alpha: Variance of the model prior means :math:`u_g` (>= 0); the paper's Synthetic(alpha,
             beta) first argument. It does not change the labels (module docstring, Orderings).

@@ -20,7 +20,9 @@ Centers
     A center is a care unit ``u`` (CVICU, CCU, MICU, Medical/Surgical ICU, SICU, TSICU) times a
     2-year window ``t`` of the shifted admission years 2110-2191 (41 windows per unit). The
     ``num_centers`` centers are dealt near-equally to the units (largest units first) and each
-    unit's centers are spread evenly over its 41 windows. Sizes are heavy-tailed (FedProx uses a
+    unit's centers are spread evenly over its 41 windows; beyond 246 centers a window holds
+    several sub-centers (``"MICU 2130-2131 #03"``: same unit and window drift, own center draws;
+    :mod:`~lightning_fed.data.synthetic_layout`). Sizes are heavy-tailed (FedProx uses a
     power law): with ``L_k ~ Lomax(size_tail)`` capped at :data:`SIZE_CAP`
     (:mod:`lightning_fed.data.synthetic_layout`, shared with
     :class:`~lightning_fed.data.fedprox_synthetic.FedProxSynthetic`),
@@ -389,6 +391,32 @@ def _teacher(rng: np.random.Generator, f: np.ndarray, hidden: int = _TEACHER_HID
     return (g - g.mean()) / max(g.std(), 1e-12)
 
 
+def _draw_category(
+    rng: np.random.Generator, logits: list[np.ndarray], rows: np.ndarray, x: np.ndarray, cols: np.ndarray
+) -> None:
+    """One categorical draw per row from ``softmax(logits)``, written one-hot into ``x[:, cols]``.
+
+    ``logits`` holds one ``[N]`` column per category. The category is the number of cumulative
+    weights ``cumsum(exp(logits - max))`` below ``u * total`` (``u ~ U(0, 1)``, one ``rng.random(N)``
+    call), capped at the last category. Column by column, in the order a row-wise ``max`` /
+    ``cumsum`` / comparison takes them, so the numbers are those of the ``[N, K]`` formulation bit
+    for bit (a maximum is exact; a running sum adds in the same order); with ``K <= 7`` categories
+    this is about twice as fast as reducing along the short axis.
+    """
+    top = logits[0].copy()
+    for column in logits[1:]:
+        np.maximum(top, column, out=top)
+    cumulative = [np.exp(logits[0] - top)]
+    for column in logits[1:]:
+        cumulative.append(cumulative[-1] + np.exp(column - top))
+    draw = rng.random(len(rows)) * cumulative[-1]
+    count = np.zeros(len(rows), dtype=np.int64)
+    for bound in cumulative:
+        count += draw > bound
+    x[:, cols] = 0.0
+    x[rows, cols[np.minimum(count, len(cols) - 1)]] = 1.0
+
+
 def _walk(rng: np.random.Generator, dim: int) -> np.ndarray:
     """Centred Gaussian random walk over the windows, ``[len(WINDOW_STARTS), dim]``, end sd ~1."""
     steps = rng.standard_normal((len(WINDOW_STARTS), dim)) / np.sqrt(len(WINDOW_STARTS))
@@ -407,7 +435,9 @@ class TeacherICU(TableSource):
     (stratified) and standardizes its continuous features on its own train split.
 
     Args:
-        num_centers: Number of (care unit, window) centers, 1 to ``6 * 41 = 246``.
+        num_centers: Number of centers (>= 1): one per (care unit, window) up to ``6 * 41 = 246``;
+            beyond, ``floor`` or ``ceil(m / 41)`` sub-centers per window for a unit of ``m``
+            centers (:mod:`~lightning_fed.data.synthetic_layout`; 920 centers: 3-4 per window).
         num_stays: Total ICU stays (>= ``num_centers * min_stays``).
         alpha: Model heterogeneity across care units (FedProx alpha, >= 0).
         beta: Feature heterogeneity across care units (FedProx beta, >= 0).
@@ -554,29 +584,26 @@ class TeacherICU(TableSource):
         age = np.clip(age_mu + 16.0 * (0.4 * Mr[:, 0] + rng.standard_normal(n)), 18.0, 95.0)
         x[:, _COL["age"]] = age
 
-        # categorical groups
+        # categorical groups: logit = log prior + unit profile + center shift (per category column;
+        # the unit part is gathered from the 6-row table, the same numbers as from a per-row copy)
         offset = 1 + len(_VITALS)
         profile = np.array([[_UNIT_PROFILE[u].get(name, 0.0) for name in FEATURE_NAMES] for u in CARE_UNITS])
-        profile_r = profile[unit_r]
+        rows = np.arange(n)
         for group, cats, prior in _CATEGORICAL:
-            cols = [_COL[f"{group}_{_sanitize(c)}"] for c in cats]
-            logits = np.log(np.asarray(prior))[None, :] + profile_r[:, cols]
-            logits = logits + Mr[:, offset : offset + len(cats)]
+            cols = np.array([_COL[f"{group}_{_sanitize(c)}"] for c in cats])
+            unit_logits = np.log(np.asarray(prior))[None, :] + profile[:, cols]  # [units, K]
+            logits = [unit_logits[unit_r, j] + Mr[:, offset + j] for j in range(len(cats))]
             if group == "insurance":
-                logits[:, 0] += np.where(age >= 65.0, 2.5, -1.0)
+                logits[0] += np.where(age >= 65.0, 2.5, -1.0)
             offset += len(cats)
-            p = np.exp(logits - logits.max(axis=1, keepdims=True))
-            cp = np.cumsum(p, axis=1)
-            draw = rng.random(n)[:, None] * cp[:, -1:]
-            choice = np.minimum((draw > cp).sum(axis=1), len(cats) - 1)
-            x[:, cols] = np.eye(len(cats))[choice]
+            _draw_category(rng, logits, rows, x, cols)
 
         # Charlson flags
         charlson_cols = [_COL[c] for c in CHARLSON_COLUMNS]
         prev = np.array([p for _, p in _CHARLSON])
         logit_flags = (
             _logit(prev)[None, :]
-            + profile_r[:, charlson_cols]
+            + profile[:, charlson_cols][unit_r]
             + Mr[:, offset : offset + len(_CHARLSON)]
             + 0.35 * ((age - 65.0) / 10.0)[:, None]
             + 0.3 * severity[:, None]
@@ -598,9 +625,9 @@ class TeacherICU(TableSource):
 
         # --- label
         f = x.copy()
-        cont = _CONTINUOUS
-        ref_sd = x[:, cont].std(axis=0)
-        f[:, cont] = (x[:, cont] - x[:, cont].mean(axis=0)) / np.where(ref_sd > 0, ref_sd, 1.0)
+        x_cont = x[:, _CONTINUOUS]
+        ref_sd = x_cont.std(axis=0)
+        f[:, _CONTINUOUS] = (x_cont - x_cont.mean(axis=0)) / np.where(ref_sd > 0, ref_sd, 1.0)
         eta = np.einsum("ij,ij->i", W[site_c], f)
         eta += self.signal * (
             _INTERACTION * f[:, _COL["age"]] * f[:, _COL["heart_rate_mean"]]

@@ -11,6 +11,18 @@ Centers
     units with the largest :data:`UNIT_SHARES` get the remainder) and each unit's centers are
     spread evenly over its 41 windows (:func:`center_layout`).
 
+Sub-centers (more than :data:`MAX_CENTERS` = 246 centers)
+    Up to 246 centers every (unit, window) holds at most one center, as above. Beyond, a unit's
+    ``m > 41`` centers are dealt to its windows in order, ``floor(m / 41)`` or ``ceil(m / 41)``
+    per window (center ``i`` of the unit in window ``floor(41 i / m)``): the centers sharing a
+    (unit, window) are its sub-centers, separate sites of the same unit and period (920 centers:
+    3-4 per window; 3,680: 14-15). Their labels gain the 1-based sub-center number, zero-padded to
+    the widest, ``"<unit> <start>-<start + 1> #<j>"`` (``"MICU 2130-2131 #03"``), so that within a
+    unit sorted labels (the :class:`~lightning_fed.data.partition.Natural` center order) follow
+    window, then sub-center. Nothing else changes: sizes, years and the generators' center-level
+    draws are per center, so sub-centers share their unit and their window's drift, each with its
+    own center-level noise (and, in FedProx Synthetic at ``level="center"``, its own device draws).
+
 Sizes
     Heavy-tailed, as in FedProx's power-law device sizes: with :math:`L_k \sim
     \mathrm{Lomax}(\text{size\_tail})` capped at :data:`SIZE_CAP`,
@@ -47,6 +59,7 @@ __all__ = [
     "row_years",
     "site_attributes",
     "site_labels",
+    "sub_center_index",
 ]
 
 #: Care units, in the order used for stream keys and attributes.
@@ -62,7 +75,8 @@ UNIT_SHARES: dict[str, float] = {
 }
 #: First years of the 2-year windows over the shifted years 2110-2191 (41 windows).
 WINDOW_STARTS: tuple[int, ...] = tuple(range(2110, 2191, 2))
-#: Most centers a layout holds: one per (care unit, window), ``6 * 41 = 246``.
+#: Most centers a layout holds with one center per (care unit, window), ``6 * 41 = 246``; larger
+#: layouts put several sub-centers in a (care unit, window) (module docstring).
 MAX_CENTERS = len(CARE_UNITS) * len(WINDOW_STARTS)
 #: Cap on the Lomax size weights (keeps the largest centers at a few thousand stays).
 SIZE_CAP = 30.0
@@ -74,7 +88,8 @@ def check_layout(
     """Validate the layout arguments every ICU-shaped synthetic source takes.
 
     Args:
-        num_centers: Number of (care unit, window) centers, 1 to :data:`MAX_CENTERS`.
+        num_centers: Number of centers (>= 1): one per (care unit, window) up to
+            :data:`MAX_CENTERS`, sub-centers beyond (module docstring).
         num_stays: Total rows, at least ``num_centers * min_stays``.
         min_stays: Fewest rows per center (>= 10).
         size_tail: Lomax shape of the sizes (> 0).
@@ -86,10 +101,6 @@ def check_layout(
         ValueError: Naming the first argument out of range.
     """
     centers = check_int("num_centers", num_centers, 1)
-    if centers > MAX_CENTERS:
-        raise ValueError(
-            f"num_centers must be <= {MAX_CENTERS} (6 care units x 41 windows), got {num_centers}"
-        )
     fewest = check_int("min_stays", min_stays, 10)
     stays = check_int("num_stays", num_stays, 1)
     if stays < centers * fewest:
@@ -117,8 +128,11 @@ def center_layout(num_centers: int) -> tuple[np.ndarray, np.ndarray]:
     """Unit index and window index of each center (deterministic, seed-free).
 
     ``num_centers // 6`` centers per unit, one more for the ``num_centers % 6`` units with the
-    largest shares; a unit with ``m`` centers takes windows ``round(linspace(0, 40, m))`` (the
-    middle window when ``m = 1``). Centers are ordered by unit, then window.
+    largest shares; a unit with ``m <= 41`` centers takes windows ``round(linspace(0, 40, m))``
+    (the middle window when ``m = 1``), one center each; a unit with ``m > 41`` centers (only when
+    ``num_centers > 246``) puts its center ``i`` in window ``floor(41 i / m)``, so every window
+    holds ``floor(m / 41)`` or ``ceil(m / 41)`` sub-centers (:func:`sub_center_index`). Centers
+    are ordered by unit, then window (then sub-center).
 
     Returns:
         ``(unit_c, window_c)``, int arrays of length ``num_centers``.
@@ -132,7 +146,10 @@ def center_layout(num_centers: int) -> tuple[np.ndarray, np.ndarray]:
     for u, m in enumerate(per_unit):
         if m == 0:
             continue
-        idx = [last // 2] if m == 1 else np.round(np.linspace(0, last, m)).astype(int).tolist()
+        if m > len(WINDOW_STARTS):  # sub-centers: several centers per window
+            idx = (np.arange(m) * len(WINDOW_STARTS) // m).tolist()
+        else:
+            idx = [last // 2] if m == 1 else np.round(np.linspace(0, last, m)).astype(int).tolist()
         units += [u] * int(m)
         windows += idx
     return np.asarray(units), np.asarray(windows)
@@ -161,11 +178,35 @@ def center_sizes(
     return min_stays + largest_remainder(num_stays - n_centers * min_stays, size_w)
 
 
+def sub_center_index(unit_c: np.ndarray, window_c: np.ndarray) -> np.ndarray:
+    """0-based rank of each center among the centers sharing its (unit, window), in center order.
+
+    All zeros when no (unit, window) holds two centers (every layout of at most 246 centers).
+    """
+    key = np.asarray(unit_c, dtype=np.int64) * len(WINDOW_STARTS) + np.asarray(window_c, dtype=np.int64)
+    order = np.argsort(key, kind="stable")
+    ranked = key[order]
+    first = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]]))
+    group_start = np.repeat(first, np.diff(np.concatenate([first, [len(key)]])))
+    rank = np.empty(len(key), dtype=np.int64)
+    rank[order] = np.arange(len(key)) - group_start
+    return rank
+
+
 def site_labels(unit_c: np.ndarray, window_c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Site label ``"<unit> <start>-<start + 1>"`` and window start year of each center."""
+    """Site label and window start year of each center.
+
+    The label is ``"<unit> <start>-<start + 1>"``; when some (unit, window) holds several centers
+    (more than 246 centers) every label gains its 1-based sub-center number, zero-padded to the
+    widest: ``"<unit> <start>-<start + 1> #<j>"``.
+    """
     starts = np.asarray(WINDOW_STARTS)[window_c]
-    labels = np.array([f"{CARE_UNITS[u]} {s}-{s + 1}" for u, s in zip(unit_c, starts, strict=True)])
-    return labels, starts
+    labels = [f"{CARE_UNITS[u]} {s}-{s + 1}" for u, s in zip(unit_c, starts, strict=True)]
+    sub = sub_center_index(unit_c, window_c)
+    if len(sub) and sub.max() > 0:
+        width = len(str(int(sub.max()) + 1))
+        labels = [f"{label} #{j + 1:0{width}d}" for label, j in zip(labels, sub.tolist(), strict=True)]
+    return np.array(labels), starts
 
 
 def row_years(rng: np.random.Generator, starts: np.ndarray, site_c: np.ndarray) -> np.ndarray:

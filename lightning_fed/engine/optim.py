@@ -50,6 +50,7 @@ class StackedAdam(StackedOptimizer):
     def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
         self.lr, self.eps, self.weight_decay = float(lr), float(eps), float(weight_decay)
         self.beta1, self.beta2 = (float(b) for b in betas)
+        self._buffers: dict[str, Tensor] = {}
 
     def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         first = next(iter(params.values()))
@@ -63,6 +64,13 @@ class StackedAdam(StackedOptimizer):
     def step(
         self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int
     ) -> None:
+        """One Adam step of the first ``k`` centers; ``grads`` are scratch (overwritten in place).
+
+        The update is the same sequence of elementwise ops as the formula above (so the same bits
+        as computing it with fresh temporaries), written in place into the gradient and into two
+        buffers kept between steps: a fresh ``[k, D]`` temporary per op cost more in page faults
+        than the arithmetic (PERFORMANCE_NOTES.md).
+        """
         steps = state["step"][:k]
         steps += 1
         t = steps.to(torch.float64)
@@ -72,12 +80,21 @@ class StackedAdam(StackedOptimizer):
             p = params[name][:k]
             m, v = state[f"exp_avg.{name}"][:k], state[f"exp_avg_sq.{name}"][:k]
             if self.weight_decay:
-                g = g.add(p, alpha=self.weight_decay)
+                g.add_(p, alpha=self.weight_decay)
             m.lerp_(g, 1.0 - self.beta1)
             v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
-            denom = (v.sqrt() / _per_center(bc2_sqrt, v).to(v.dtype)).add_(self.eps)
-            step_size = _per_center(self.lr / bc1, p).to(p.dtype)
-            p.sub_(step_size * m / denom)
+            denom = torch.sqrt(v, out=self._buffer("denom", v))
+            denom.div_(_per_center(bc2_sqrt, v).to(v.dtype)).add_(self.eps)
+            step = torch.mul(_per_center(self.lr / bc1, p).to(p.dtype), m, out=g)
+            p.addcdiv_(step, denom, value=-1.0)  # p - step / denom, the same bits in one pass
+
+    def _buffer(self, name: str, like: Tensor) -> Tensor:
+        """A reusable buffer shaped like ``like`` (grown when a larger one is asked for)."""
+        buf = self._buffers.get(name)
+        n = like.numel()
+        if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty(n, dtype=like.dtype, device=like.device)
+        return buf[:n].view(like.shape)
 
 
 class StackedSGD(StackedOptimizer):

@@ -14,8 +14,20 @@ round, center)`` and its dropout masks by its own stream ``(seed, "dropout", rou
 (:class:`CenterStreams`), consumed in step order. So a center trains to the same bits whichever
 centers it is packed with: an engine over a shard of the centers (``center_ids``, one shard per
 process under DDP, :mod:`lightning_fed.distributed`) reproduces those centers of the whole-federation
-engine exactly. One generator per center costs one small ``randint`` call per active center and layer
-per step; ``benchmarks/scale.py --masks`` measures it side by side with one shared generator.
+engine exactly. The engine learns from its first step how many words a step draws; from then on a
+round's words are drawn up front (:meth:`CenterStreams.prefetch`: one ``randint`` per center and step,
+the centers' generators running in parallel on the intra-op thread count), the same words the lazy
+per-step draws would give.
+
+Where the time goes (measured with a per-op CPU-time profile on 2 cores, ``benchmarks/engine.py``
+times it against the machine's FLOP floor): the batched matmuls are about half a round, the
+mt19937 words for dropout ~10 % (serial per generator, hence the parallel prefetch), Adam's ten
+elementwise passes over ``[k, D]`` ~12 %, the ReLU/dropout gates ~10 %. Nothing of a step allocates:
+batch inputs are gathered with ``index_select`` into reused buffers (one step-major row table per
+round, :meth:`PackedEngine._round_rows`), the fast path writes every activation and gradient
+temporary into a workspace kept across rounds, and Adam runs in place; a fresh multi-MB tensor per
+op cost more in page faults than its arithmetic. All of it computes the same ops in the same order
+as plain allocating code, so results are bit-identical to it.
 
 Sparse methods (DisPFL) set a parameter mask (:meth:`PackedEngine.set_mask`): the flat gradient of
 the active centers is zeroed outside it before each optimizer step, and parameters and optimizer
@@ -31,7 +43,10 @@ computation (per-center losses, gradients and optimizer steps), so the others ar
 
 from __future__ import annotations
 
+import inspect
+import itertools
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any
 
@@ -54,6 +69,13 @@ class CenterStreams:
     ``derive_seed(seed, "dropout", round, centers[p])``; the packed engine lists centers in its
     prefix order, so the first ``k`` rows are the ``k`` centers active at a step.
 
+    Drawn lazily, each :meth:`words` call makes one ``randint`` per row. After :meth:`prefetch`
+    (the packed engine's path once it knows how many words a step draws) every center's words of
+    the whole round are drawn up front into one step-major table, one ``randint`` per center and
+    step, split over worker threads (each generator is used by one thread; ``randint`` releases
+    the GIL), and :meth:`words` returns views into it. A center's words are the same either way:
+    its stream, consumed in step order.
+
     Args:
         seed: The run seed.
         round_idx: The round.
@@ -67,20 +89,106 @@ class CenterStreams:
         ]
         self.device = device
         self._buffer = torch.empty(0, dtype=torch.int64, device=device)
+        #: Words row 0 has taken so far (every row of a prefix step takes the same number).
+        self.consumed = 0
+        self._table: Tensor | None = None
+        self._step_start: list[int] = []
+        self._step = 0
+        self._cursor = 0
+        self._per_step = 0
 
     def words(self, rows: int, count: int) -> Tensor:
         """Random int64 ``[rows, count]``: row ``p`` is the next ``count`` words of stream ``p``.
 
-        The buffer is reused between calls (callers turn the words into a mask right away).
+        The result is a view of a buffer reused between calls (callers turn the words into a mask
+        right away). After :meth:`prefetch`, ``rows`` must not exceed the centers active at the
+        current step; words beyond the step's prefetched ones come from the generators, which
+        continue after the prefetched words.
         """
         if rows > len(self.generators):
             raise ValueError(f"{rows} rows requested but only {len(self.generators)} center streams")
+        self.consumed += count
+        if self._table is None:
+            return self._draw(rows, count)
+        lo, hi = self._step_start[self._step], self._step_start[self._step + 1]
+        if rows > hi - lo:
+            raise ValueError(f"{rows} rows requested at a step with {hi - lo} active centers")
+        take = min(count, self._per_step - self._cursor)
+        table = self._table[lo : lo + rows, self._cursor : self._cursor + take]
+        self._cursor += take
+        if take == count:
+            return table
+        return torch.cat([table, self._draw(rows, count - take)], dim=1)
+
+    def _draw(self, rows: int, count: int) -> Tensor:
+        """The next ``count`` words of the first ``rows`` generators, one ``randint`` per row."""
         if self._buffer.numel() < rows * count:
             self._buffer = torch.empty(rows * count, dtype=torch.int64, device=self.device)
         out = self._buffer[: rows * count].view(rows, count)
         for p in range(rows):
             torch.randint(-(2**63), 2**63 - 1, (count,), generator=self.generators[p], out=out[p])
         return out
+
+    def prefetch(
+        self,
+        steps: Sequence[int],
+        words_per_step: int,
+        *,
+        threads: int = 1,
+        out: Tensor | None = None,
+    ) -> Tensor:
+        """Draw the round's words up front: ``words_per_step`` per step of every center.
+
+        Call before the first :meth:`words` of the round. Row ``p`` takes ``steps[p]`` steps
+        (non-increasing in ``p``: the prefix schedule), so step ``s`` is active for the first
+        ``k_s = #{p : steps[p] > s}`` rows; the table holds step ``s`` in rows
+        ``[sum_{s' < s} k_{s'}, ... + k_s)``, row ``p`` of that block being center ``p``'s words of
+        step ``s`` (the next ``words_per_step`` words of its stream). The caller marks the end of
+        each step with :meth:`next_step`.
+
+        Args:
+            steps: Steps of each row in the round.
+            words_per_step: Words each active row draws per step.
+            threads: Worker threads drawing the centers' streams in parallel (1: in this thread).
+            out: A reusable int64 buffer (at least ``sum(steps) * words_per_step`` elements) to
+                hold the table; grown (a new one) when too small.
+
+        Returns:
+            The buffer holding the table (pass it back as ``out`` next round to reuse it).
+        """
+        steps = [int(n) for n in steps]
+        if len(steps) != len(self.generators) or any(a < b for a, b in itertools.pairwise(steps)):
+            raise ValueError("prefetch needs one non-increasing step count per center stream")
+        active = [sum(n > s for n in steps) for s in range(steps[0] if steps else 0)]
+        self._step_start = [0, *itertools.accumulate(active)]
+        size = self._step_start[-1] * words_per_step
+        if out is None or out.numel() < size or out.device != self.device:
+            out = torch.empty(size, dtype=torch.int64, device=self.device)
+        table = out[:size].view(self._step_start[-1], words_per_step)
+        starts = self._step_start
+
+        def fill(rows: range) -> None:
+            for p in rows:
+                gen = self.generators[p]
+                for s in range(steps[p]):
+                    torch.randint(
+                        -(2**63), 2**63 - 1, (words_per_step,), generator=gen, out=table[starts[s] + p]
+                    )
+
+        workers = max(1, min(int(threads), len(steps)))
+        if workers == 1:
+            fill(range(len(steps)))
+        else:  # centers dealt round-robin (they are sorted by steps), one generator per thread
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(fill, [range(w, len(steps), workers) for w in range(workers)]))
+        self._table, self._per_step, self._step, self._cursor = table, int(words_per_step), 0, 0
+        return out
+
+    def next_step(self) -> None:
+        """Mark the end of a step (after :meth:`prefetch`: the next :meth:`words` read the next step)."""
+        if self._table is not None:
+            self._step += 1
+            self._cursor = 0
 
 
 class PackedEngine(Engine):
@@ -102,6 +210,15 @@ class PackedEngine(Engine):
         self.inverse = torch.argsort(self.order)
         self.sizes, self.steps = sizes[self.order], steps[self.order]
         self.active = torch.stack([(self.steps > s).sum() for s in range(int(self.steps.max()))]).tolist()
+        # Step-major layout of a round's batches: step s is rows [step_start[s], step_start[s] + k_s)
+        # of one [sum_s k_s, B] table, row step_start[s] + p being center p's batch s. Built once per
+        # round from the centers' batch lists (center-major: center p's batches are rows
+        # block_start[p] .. + steps[p]) through the fixed permutation ``_to_step_major``.
+        self.step_start = [0, *torch.tensor(self.active, dtype=torch.int64).cumsum(0).tolist()]
+        block_start = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.steps[:-1]]), 0)
+        self._to_step_major = torch.cat(
+            [block_start[:k] + s for s, k in enumerate(self.active)] or [torch.zeros(0, dtype=torch.int64)]
+        )
         xs = [train[int(c)][0] for c in self.order]
         ys = [train[int(c)][1] for c in self.order]
         # One padding row at the end: padded batch slots point at it and are masked out.
@@ -124,6 +241,19 @@ class PackedEngine(Engine):
         self.optimizer: StackedOptimizer = stacked_optimizer_for(self.module.configure_optimizers())
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
         self.grad = torch.zeros_like(self.flat)
+        # Per-name views of the whole stacks, sliced [:k] per step (self.flat is never rebound).
+        self._flat_views, self._grad_views = self._views(self.flat), self._views(self.grad)
+        #: Scratch buffers reused every step and round (a fresh multi-MB tensor per op costs more in
+        #: page faults than its arithmetic on CPU): the fast path's activations and gradients, and
+        #: the gathered batch inputs.
+        self._workspace: dict[str, Tensor] = {}
+        self._xb = self.x.new_empty(0)
+        self._yb = self.y.new_empty(0)
+        # Dropout words each center draws per step, learnt from the first step (0: no dropout);
+        # from then on a round's words are drawn up front (CenterStreams.prefetch) into _words.
+        self._words_per_step: int | None = None
+        self._words: Tensor | None = None
+        self._steps_list = self.steps.tolist()
         # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
         self.fast_path = (
             self.module.has_packed_loss_grad
@@ -131,9 +261,11 @@ class PackedEngine(Engine):
             and self.local_term is None
             and not self.module.has_penalty
         )
-        self._saved: tuple[Tensor, dict[str, Tensor]] | None = (
-            None  # round-start snapshot buffers  # reused every step (fresh buffers cost page faults)
+        self._pass_workspace = (
+            self.fast_path and "workspace" in inspect.signature(self.module.packed_loss_grad).parameters
         )
+        #: Round-start snapshot buffers, reused every round (fresh buffers cost page faults).
+        self._saved: tuple[Tensor, dict[str, Tensor]] | None = None
         #: Bool ``[C, D]`` (sorted order), True where a parameter is masked out; None: no mask.
         self._masked_out: Tensor | None = None
         self.mask = None
@@ -142,36 +274,62 @@ class PackedEngine(Engine):
         """Named parameter views ``[k, *shape]`` into a ``[k, D]`` buffer."""
         return {n: flat[:, a:b].view(flat.shape[0], *self.shapes[n]) for n, (a, b) in self.spans.items()}
 
-    def _round_index(self, round_idx: int) -> Tensor:
-        """Global row indices ``[C, S, B]`` (sorted order) of every batch of the round."""
-        idx = torch.full(
-            (self.num_models, int(self.steps[0]), self.batch_size), self.pad_row, dtype=torch.int64
-        )
-        for p, c in enumerate(self.center_ids[self.order].tolist()):
-            n = int(self.sizes[p])
-            b = center_batches(n, self.batch_size, self.epochs, self.seed, round_idx, c, self.local_steps)
-            idx[p, : b.shape[0]] = torch.where(b >= 0, b + self.offsets[p], self.pad_row)
-        return idx.to(self.device)
+    def _round_rows(self, round_idx: int) -> tuple[Tensor, Tensor]:
+        """Global row indices ``[sum_s k_s, B]`` of every batch of the round in step-major order
+        (see ``step_start``; padded slots point at the padding row) and their float row mask."""
+        ids = self.center_ids[self.order].tolist()
+        batches = [
+            center_batches(int(n), self.batch_size, self.epochs, self.seed, round_idx, c, self.local_steps)
+            for n, c in zip(self.sizes.tolist(), ids, strict=True)
+        ]
+        blocks = torch.cat(batches)
+        offsets = torch.repeat_interleave(self.offsets, self.steps).unsqueeze(1)
+        blocks = torch.where(blocks >= 0, blocks + offsets, self.pad_row)
+        rows = blocks.index_select(0, self._to_step_major).to(self.device)
+        return rows, (rows != self.pad_row).to(self.x.dtype)
+
+    def _gather(self, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Inputs ``[k, B, F]`` and labels ``[k, B]`` of the rows ``[k, B]``, in reused buffers."""
+        n = rows.numel()
+        if self._xb.shape[0] < n:
+            self._xb = self.x.new_empty(n, *self.x.shape[1:])
+            self._yb = self.y.new_empty(n)
+        flat = rows.view(-1)
+        xb = torch.index_select(self.x, 0, flat, out=self._xb[:n])
+        yb = torch.index_select(self.y, 0, flat, out=self._yb[:n])
+        return xb.view(*rows.shape, *self.x.shape[1:]), yb.view(rows.shape)
 
     #: Bool ``[C]`` (center order): centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
 
     def train_round(self, round_idx: int) -> Tensor:
-        idx = self._round_index(round_idx)
+        rows, masks = self._round_rows(round_idx)
         before = self._snapshot()
         self.module.train()
         gen = CenterStreams(self.seed, round_idx, self.center_ids[self.order].tolist(), self.device)
+        if self._words_per_step:
+            threads = torch.get_num_threads() if self.device.type == "cpu" else 1
+            self._words = gen.prefetch(
+                self._steps_list, self._words_per_step, threads=threads, out=self._words
+            )
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
+        extra = {"workspace": self._workspace} if self._pass_workspace else {}
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, "dropout-vmap", round_idx))
             for s, k in enumerate(self.active):
-                rows = idx[:k, s]
-                xb, yb = self.x[rows], self.y[rows]
-                mask = (rows != self.pad_row).to(xb.dtype)
+                lo = self.step_start[s]
+                xb, yb = self._gather(rows[lo : lo + k])
+                mask = masks[lo : lo + k]
                 if self.fast_path:
                     grad = self.grad[:k]
                     per_center = self.module.packed_loss_grad(
-                        self._views(self.flat[:k]), xb, yb, mask, gen, self._views(grad)
+                        {n: v[:k] for n, v in self._flat_views.items()},
+                        xb,
+                        yb,
+                        mask,
+                        gen,
+                        {n: v[:k] for n, v in self._grad_views.items()},
+                        **extra,
                     )
                 else:
                     per_center, grad = self._autograd_step(k, xb, yb, mask, gen, before[0])
@@ -180,6 +338,9 @@ class PackedEngine(Engine):
                     grad.masked_fill_(self._masked_out[:k], 0.0)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
+                if self._words_per_step is None:  # learnt from the first step the engine takes
+                    self._words_per_step = gen.consumed
+                gen.next_step()
         loss = loss_sum / self.steps.to(loss_sum)
         self._contain(loss, *before)
         return loss.index_select(0, self.inverse.to(self.device))

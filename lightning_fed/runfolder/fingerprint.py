@@ -9,6 +9,9 @@ the folder's config (plus any overrides) against the checkpoint's and refuse a d
 
 Why these keys are safe: ``trainer.rounds`` only moves the stopping point (a resume may extend a
 run; the rounds already run are the same, since every draw derives from (seed, purpose, round));
+``trainer.eval_every`` only chooses the rounds whose test (and validation) AUROC is recorded
+(evaluation changes no state and draws nothing; being left out, it also keeps the fingerprints of
+the configs written before it existed);
 ``logger.*`` and ``output.*`` decide where and how results are shown and saved, not what they are;
 ``fabric.devices`` / ``num_nodes`` / ``strategy`` shard the centers across processes, which gives
 the one-process result (:mod:`lightning_fed.distributed`). The accelerator and the precision change
@@ -28,6 +31,7 @@ __all__ = ["SAFE_TO_CHANGE", "changed_keys", "config_fingerprint", "fingerprinte
 #: checkpoint and the config that resumes or re-tests it.
 SAFE_TO_CHANGE = (
     "trainer.rounds",
+    "trainer.eval_every",
     "logger.*",
     "output.*",
     "fabric.devices",

@@ -25,6 +25,7 @@ measure both from one round's partner sets, so a run shows the mechanism instead
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -32,6 +33,8 @@ from torch import Tensor
 __all__ = [
     "REST_CAUSES",
     "MatchRecord",
+    "MeanRows",
+    "ScoreColumns",
     "posterior_mean_spread",
     "repeat_edges",
     "rest_causes",
@@ -41,6 +44,27 @@ __all__ = [
 #: The causes of a rest, in the order they are tested.
 REST_CAUSES: tuple[str, ...] = ("unavailable", "no_candidates", "no_capacity", "rejected")
 
+#: Rows of a ``[C, C]`` input read at once.
+BLOCK_ROWS = 256
+
+
+@runtime_checkable
+class ScoreColumns(Protocol):
+    """A score table read by columns (:class:`~lightning_fed.selection.abps.policy.PairScores`)."""
+
+    def cols(self, index: Tensor) -> Tensor:
+        """``score[:, index]``, float64 ``[C, len(index)]``."""
+        ...
+
+
+@runtime_checkable
+class MeanRows(Protocol):
+    """Posterior means read by rows (:class:`~lightning_fed.selection.abps.posterior.BetaPosterior`)."""
+
+    def mean_rows(self, index: Tensor) -> Tensor:
+        """Means of rows ``index``, float64 ``[len(index), C]``."""
+        ...
+
 
 @dataclass(frozen=True)
 class MatchRecord:
@@ -48,13 +72,14 @@ class MatchRecord:
 
     Attributes:
         candidates: bool ``[C, C]``, who could propose to whom (after availability).
-        scores: ``[C, C]`` scores the acceptance tested (``scores[j, i] >= tau_acc``: ``j`` accepts
-            ``i``), or None when acceptance does not depend on a score (everyone accepts).
+        scores: The scores the acceptance tested (``scores[j, i] >= tau_acc``: ``j`` accepts ``i``),
+            a ``[C, C]`` matrix or a table with ``cols`` (:class:`ScoreColumns`), or None when
+            acceptance does not depend on a score (everyone accepts).
         tau_acc: The acceptance threshold.
     """
 
     candidates: Tensor
-    scores: Tensor | None = None
+    scores: Tensor | ScoreColumns | None = None
     tau_acc: float = 0.0
 
 
@@ -78,18 +103,22 @@ def rest_causes(partners: list[list[int]], available: Tensor, match: MatchRecord
     if match is None:
         out["no_candidates"] = int(up.sum())
         return out
-    cand = match.candidates.to(torch.bool).clone()
-    cand.fill_diagonal_(False)
-    cand &= available.unsqueeze(0) & available.unsqueeze(1)
+    rows = torch.nonzero(up).reshape(-1)  # only the available resting centers' rows are read
+    cand = match.candidates[rows].to("cpu", torch.bool) & available.unsqueeze(0)
+    cand[torch.arange(len(rows)), rows] = False
     has = cand.any(1)
-    out["no_candidates"] = int((up & ~has).sum())
+    out["no_candidates"] = int((~has).sum())
     if match.scores is None:
         accepts_me = cand
-    else:  # accepts_me[i, j]: candidate j's score on i clears tau_acc
-        accepts_me = cand & (match.scores.transpose(0, 1).to(torch.float64) >= match.tau_acc)
+    else:  # accepts_me[b, j]: candidate j's score on rows[b] clears tau_acc
+        if isinstance(match.scores, Tensor):
+            on_me = match.scores.index_select(1, rows.to(match.scores.device)).to("cpu", torch.float64)
+        else:
+            on_me = match.scores.cols(rows)
+        accepts_me = cand & (on_me.transpose(0, 1) >= match.tau_acc)
     would = accepts_me.any(1)
-    out["no_capacity"] = int((up & has & would).sum())
-    out["rejected"] = int((up & has & ~would).sum())
+    out["no_capacity"] = int((has & would).sum())
+    out["rejected"] = int((has & ~would).sum())
     return out
 
 
@@ -100,27 +129,39 @@ def repeat_edges(partners: list[list[int]], previous: list[list[int]]) -> tuple[
     return len(now & before), len(now)
 
 
-def posterior_mean_spread(mean: Tensor, candidates: Tensor) -> float:
+def posterior_mean_spread(mean: Tensor | MeanRows, candidates: Tensor) -> float:
     """Mean over centers with >= 2 candidates of the std (ddof 0) of their posterior means over them.
 
+    For center ``i`` with candidates ``C_i`` (``|C_i| >= 2``): ``mu_i = sum_{j in C_i} m_ij / |C_i|``,
+    ``sd_i = sqrt(sum_{j in C_i} (m_ij - mu_i)^2 / |C_i|)``; the spread is the mean of ``sd_i``.
+
     Args:
-        mean: Posterior means ``[C, C]`` (row ``i``: center ``i``'s beliefs).
+        mean: Posterior means ``[C, C]`` (row ``i``: center ``i``'s beliefs), or an object that
+            returns blocks of their rows (:class:`MeanRows`, e.g. the
+            :class:`~lightning_fed.selection.abps.posterior.BetaPosterior` itself), read
+            :data:`BLOCK_ROWS` rows at a time.
         candidates: bool ``[C, C]`` candidate sets.
 
     Returns:
         The spread (0.0 when no center has two candidates).
     """
-    cand = candidates.to(torch.bool).clone()
-    cand.fill_diagonal_(False)
-    size = cand.sum(1)
-    rows = size >= 2
-    if not bool(rows.any()):
+    c = candidates.shape[0]
+    sd = torch.zeros(c, dtype=torch.float64)
+    eligible = torch.zeros(c, dtype=torch.bool)
+    for lo in range(0, c, BLOCK_ROWS):
+        index = torch.arange(lo, min(c, lo + BLOCK_ROWS))
+        cand = candidates[index].to("cpu", torch.bool)
+        cand[torch.arange(len(index)), index] = False
+        size = cand.sum(1)
+        eligible[index] = size >= 2
+        m = mean[index].to("cpu", torch.float64) if isinstance(mean, Tensor) else mean.mean_rows(index)
+        w = cand.to(torch.float64)
+        mu = (m * w).sum(1) / size.clamp(min=1)
+        var = (((m - mu[:, None]) ** 2) * w).sum(1) / size.clamp(min=1)
+        sd[index] = var.sqrt()
+    if not bool(eligible.any()):
         return 0.0
-    m = mean.to(torch.float64)
-    w = cand.to(torch.float64)
-    mu = (m * w).sum(1) / size.clamp(min=1)
-    var = (((m - mu[:, None]) ** 2) * w).sum(1) / size.clamp(min=1)
-    return float(var.sqrt()[rows].mean())
+    return float(sd[eligible].mean())
 
 
 def same_group_slots(partners: list[list[int]], candidates: Tensor, groups: Tensor) -> tuple[int, float, int]:
@@ -129,20 +170,27 @@ def same_group_slots(partners: list[list[int]], candidates: Tensor, groups: Tens
     ``same`` counts slots with ``group[j] == group[i]``; ``expected`` sums, over the same slots, the
     share of ``i``'s candidates in its own group (the rate if ``i`` drew its partners uniformly from
     ``C_i``), so ``same / slots`` against ``expected / slots`` is the same-group rate against chance.
+    ``expected`` is summed slot by slot in partner order (a Python float sum).
 
     Args:
         partners: Partner sets.
         candidates: bool ``[C, C]`` the candidate sets the partners were drawn from.
         groups: int ``[C]`` group per center.
     """
-    cand = candidates.to(torch.bool).clone()
-    cand.fill_diagonal_(False)
-    same_mask = groups[:, None] == groups[None, :]
-    share = (cand & same_mask).sum(1).to(torch.float64) / cand.sum(1).clamp(min=1).to(torch.float64)
-    same, expected, slots = 0, 0.0, 0
-    for i, ps in enumerate(partners):
-        for j in ps:
-            same += int(groups[i] == groups[j])
-            expected += float(share[i])
-            slots += 1
-    return same, expected, slots
+    c = candidates.shape[0]
+    groups = groups.to("cpu").reshape(-1)
+    share = torch.zeros(c, dtype=torch.float64)
+    for lo in range(0, c, BLOCK_ROWS):
+        index = torch.arange(lo, min(c, lo + BLOCK_ROWS))
+        cand = candidates[index].to("cpu", torch.bool)
+        cand[torch.arange(len(index)), index] = False
+        same_mask = groups[index, None] == groups[None, :]
+        own = (cand & same_mask).sum(1).to(torch.float64)
+        share[index] = own / cand.sum(1).clamp(min=1).to(torch.float64)
+    dst = torch.tensor([i for i, ps in enumerate(partners) for _ in ps], dtype=torch.int64)
+    src = torch.tensor([j for ps in partners for j in ps], dtype=torch.int64)
+    same = int((groups[dst] == groups[src]).sum())
+    expected = 0.0
+    for value in share[dst].tolist():
+        expected += value
+    return same, expected, len(dst)

@@ -27,3 +27,22 @@ def test_renormalize_over_what_arrived() -> None:
     src, dst = torch.tensor([1, 0]), torch.tensor([0, 1])
     self_w, edge_w = renormalize(n, n[src], dst)
     assert self_w.tolist() == [0.75, 0.25, 1.0] and edge_w.tolist() == [0.25, 0.75]
+
+
+def test_mix_received_in_groups_of_receivers_is_the_single_call() -> None:
+    """30 centers, 90 messages in random (not receiver-major) order plus a receiver-major copy:
+    mixing at most 4 messages' bytes at a time gives the single call's rows bit for bit (each row
+    sums its messages in the same send order)."""
+    g = torch.Generator().manual_seed(0)
+    shared = {"w": torch.randn(30, 3, 2, generator=g), "b": torch.randn(30, 1, generator=g)}
+    dst = torch.randint(0, 30, (90,), generator=g)
+    dst[:5] = 7  # one receiver with more messages than a chunk
+    received = {n: torch.randn(90, *t.shape[1:], generator=g) for n, t in shared.items()}
+    a = torch.rand(30, generator=g, dtype=torch.float64)
+    b = torch.rand(90, generator=g, dtype=torch.float64)
+    per_message = 4 * (6 + 1)
+    for order in (torch.arange(90), torch.argsort(dst, stable=True)):
+        got = {n: t[order] for n, t in received.items()}
+        one = mix_received(shared, got, dst[order], a, b[order])
+        grouped = mix_received(shared, got, dst[order], a, b[order], max_bytes=4 * per_message)
+        assert all(torch.equal(one[n], grouped[n]) for n in shared)

@@ -73,3 +73,25 @@ def test_peer_exchange_validates_against_the_receivers_own_parameters() -> None:
     assert got.accepted.tolist() == [False, True]
     assert got.src.tolist() == [0] and got.dst.tolist() == [2]
     assert torch.equal(got.received["w"], rows(shared, torch.tensor([0]))["w"])
+
+
+def test_a_chunked_peer_exchange_is_the_single_call() -> None:
+    """20 centers with spread norms, 60 random edges, a strict norm test (some rejected): sending
+    a few messages a call (``max_bytes`` of 3 messages of 2 x 3 float32 = 24 B each) gives the
+    same accepted messages, mask, ledger and rejection count as one call."""
+    g = torch.Generator().manual_seed(0)
+    shared = {
+        "w": torch.randn(20, 2, generator=g) * torch.linspace(0.5, 3.0, 20)[:, None],
+        "b": torch.randn(20, 1, generator=g),
+    }
+    src = torch.randint(0, 20, (60,), generator=g)
+    dst = (src + torch.randint(1, 20, (60,), generator=g)) % 20
+    wires = [Wire(max_norm_ratio=1.3), Wire(max_norm_ratio=1.3)]
+    one = peer_exchange(wires[0], shared, src, dst, 3)
+    chunked = peer_exchange(wires[1], shared, src, dst, 3, max_bytes=3 * 12)
+    assert 0 < wires[0].rejected_in(3) == wires[1].rejected_in(3)
+    assert torch.equal(one.accepted, chunked.accepted)
+    assert torch.equal(one.src, chunked.src) and torch.equal(one.dst, chunked.dst)
+    assert all(torch.equal(one.received[n], chunked.received[n]) for n in shared)
+    ta, tb = wires[0].ledger.table(), wires[1].ledger.table()
+    assert all(torch.equal(ta[k], tb[k]) for k in ta)

@@ -240,7 +240,7 @@ def test_repr_and_teacher_icu_alias() -> None:
     ("kwargs", "arg"),
     [
         ({"num_centers": 0}, "num_centers"),
-        ({"num_centers": 247}, "num_centers"),
+        ({"num_centers": 247, "num_stays": 9000}, "num_stays"),  # beyond 246: sub-centers, enough stays
         ({"num_centers": 2.0}, "num_centers"),
         ({"num_stays": 100}, "num_stays"),
         ({"alpha": -0.1}, "alpha"),

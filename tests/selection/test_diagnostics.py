@@ -118,3 +118,91 @@ def test_abps_reports_the_diagnostics_and_the_causes_sum_to_isolation_rate() -> 
     again.setup(data, module, seed=0)
     again.load_state_dict(state)
     assert again.summary_stats() == summary
+
+
+def _reference_rest_causes(partners, available, match) -> dict[str, int]:
+    """rest_causes before issue 17 (dense [C, C] masks), verbatim."""
+    resting = torch.tensor([not p for p in partners], dtype=torch.bool)
+    available = available.to(torch.bool).reshape(-1)
+    out = dict.fromkeys(("unavailable", "no_candidates", "no_capacity", "rejected"), 0)
+    out["unavailable"] = int((resting & ~available).sum())
+    up = resting & available
+    cand = match.candidates.to(torch.bool).clone()
+    cand.fill_diagonal_(False)
+    cand &= available.unsqueeze(0) & available.unsqueeze(1)
+    has = cand.any(1)
+    out["no_candidates"] = int((up & ~has).sum())
+    if match.scores is None:
+        accepts_me = cand
+    else:
+        accepts_me = cand & (match.scores.transpose(0, 1).to(torch.float64) >= match.tau_acc)
+    would = accepts_me.any(1)
+    out["no_capacity"] = int((up & has & would).sum())
+    out["rejected"] = int((up & has & ~would).sum())
+    return out
+
+
+def _reference_spread(mean: torch.Tensor, candidates: torch.Tensor) -> float:
+    """posterior_mean_spread before issue 17 (dense), verbatim."""
+    cand = candidates.to(torch.bool).clone()
+    cand.fill_diagonal_(False)
+    size = cand.sum(1)
+    rows = size >= 2
+    if not bool(rows.any()):
+        return 0.0
+    m = mean.to(torch.float64)
+    w = cand.to(torch.float64)
+    mu = (m * w).sum(1) / size.clamp(min=1)
+    var = (((m - mu[:, None]) ** 2) * w).sum(1) / size.clamp(min=1)
+    return float(var.sqrt()[rows].mean())
+
+
+def _reference_same_group(partners, candidates, groups) -> tuple[int, float, int]:
+    """same_group_slots before issue 17 (dense masks, a loop over slots), verbatim."""
+    cand = candidates.to(torch.bool).clone()
+    cand.fill_diagonal_(False)
+    same_mask = groups[:, None] == groups[None, :]
+    share = (cand & same_mask).sum(1).to(torch.float64) / cand.sum(1).clamp(min=1).to(torch.float64)
+    same, expected, slots = 0, 0.0, 0
+    for i, ps in enumerate(partners):
+        for j in ps:
+            same += int(groups[i] == groups[j])
+            expected += float(share[i])
+            slots += 1
+    return same, expected, slots
+
+
+@pytest.mark.parametrize("c", [9, 300, 530])
+def test_blocked_diagnostics_equal_the_dense_reference(c: int) -> None:
+    """Random posteriors, candidate masks, availability and UCB tables: rest causes, spread and
+    same-unit slots read by blocks of rows equal the dense computations exactly."""
+    from lightning_fed.selection.abps.policy import UCB
+    from lightning_fed.selection.abps.posterior import BetaPosterior
+
+    g = torch.Generator().manual_seed(c)
+    post = BetaPosterior(c)
+    key = torch.unique(torch.randint(0, c * c, (4 * c,), generator=g))
+    keep = key // c != key % c
+    post.update(key[keep] // c, key[keep] % c, torch.rand(int(keep.sum()), generator=g, dtype=torch.float64))
+    half = torch.rand(c, c, generator=g) < 0.02 + 4.0 / c
+    cand = (half | half.T) & ~torch.eye(c, dtype=torch.bool)
+    cand[0] = False  # a center with no candidate, one with a single one
+    cand[:, 0] = False
+    cand[1] = False
+    cand[1, 2] = True
+    up = torch.rand(c, generator=g) > 0.1
+    groups = torch.randint(0, 4, (c,), generator=g)
+    for t, tau in ((1, 0.5), (4, 2.0), (4, 0.5)):
+        table = UCB().pair_scores(post, t, torch.Generator())
+        avail_cand = cand & up[None, :] & up[:, None]
+        partners = propose_reject(table, avail_cand, 2, tau, 0.1, torch.Generator().manual_seed(t))
+        for scores in (table, table.dense(), None):
+            match = MatchRecord(avail_cand, scores, tau)
+            dense = MatchRecord(avail_cand, None if scores is None else table.dense(), tau)
+            assert rest_causes(partners, up, match) == _reference_rest_causes(partners, up, dense)
+        assert same_group_slots(partners, avail_cand, groups) == _reference_same_group(
+            partners, avail_cand, groups
+        )
+    want = _reference_spread(post.mean(), cand)
+    assert posterior_mean_spread(post, cand) == want
+    assert posterior_mean_spread(post.mean(), cand) == want

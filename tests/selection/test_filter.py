@@ -146,3 +146,20 @@ def test_per_center_gives_every_center_candidates_where_global_empties_some() ->
 def test_unknown_keep_mode_is_refused() -> None:
     with pytest.raises(ValueError, match=r"filter\.keep must be one of per_center, global"):
         candidate_mask(META, "homogeneity", keep_fraction=0.25, keep="both")
+
+
+@pytest.mark.parametrize("c", [7, 300, 600])
+def test_blocked_top_k_equals_one_full_sort(c: int) -> None:
+    """top_k_mask sorts a block of rows at a time; with ties (rounded scores, ties towards lower ids)
+    the mask is the one of a single [C, C] stable sort, as before issue 17."""
+    from lightning_fed.selection.abps.filter import top_k_mask
+
+    g = torch.Generator().manual_seed(c)
+    scores = (
+        torch.rand(c, c, generator=g, dtype=torch.float64).round(decimals=1).fill_diagonal_(float("-inf"))
+    )
+    for rho in (0.1, 0.25, 1.0):
+        k = min(c - 1, math.ceil(rho * (c - 1) - 1e-9))
+        want = torch.zeros(c, c, dtype=torch.bool)
+        want.scatter_(1, torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k], True)
+        assert torch.equal(top_k_mask(scores, rho), want.fill_diagonal_(False))

@@ -159,3 +159,120 @@ def test_invalid_arguments() -> None:
         propose_reject(u, _all(4), 1, TAU, 0.1, _gen(0))
     with pytest.raises(ValueError, match="NaN"):
         propose_reject(torch.full((3, 3), float("nan")), cand, 1, TAU, 0.1, _gen(0))
+
+
+def _reference_propose_reject(
+    ucb: torch.Tensor,
+    candidates: torch.Tensor,
+    kappa: int,
+    tau_acc: float,
+    epsilon: float,
+    generator: torch.Generator,
+) -> list[list[int]]:
+    """The implementation before issue 17 (all rows at once, one Python proposal loop), verbatim.
+
+    Kept as the reference the blocked :func:`propose_reject` must reproduce bit for bit.
+    """
+    c = ucb.shape[0]
+    ucb = ucb.detach().to("cpu", torch.float64)
+    cand = candidates.to("cpu", torch.bool).clone().fill_diagonal_(False)
+    order = torch.randperm(c, generator=generator)
+    coin = torch.rand(c, generator=generator, dtype=torch.float64)
+    pick = torch.rand(c, generator=generator, dtype=torch.float64)
+    cycle = torch.randperm(c, generator=generator)
+    start = torch.randint(0, max(c, 1), (c,), generator=generator)
+    tie_order = cycle[(torch.arange(c)[None, :] + start[:, None]) % max(c, 1)]
+    lowest = torch.finfo(ucb.dtype).min
+    key = torch.where(cand, ucb.clamp(min=lowest), float("-inf")).gather(1, tie_order)
+    ranked = tie_order.gather(1, torch.sort(key, dim=1, descending=True, stable=True).indices)
+    size = cand.sum(1)
+    swap = (coin < epsilon) & (size > 1)
+    if bool(swap.any()):
+        rows = swap.nonzero().reshape(-1)
+        pos = (pick[rows] * size[rows]).long().clamp(max=size[rows] - 1)
+        top, other = ranked[rows, 0].clone(), ranked[rows, pos].clone()
+        ranked[rows, 0], ranked[rows, pos] = other, top
+    in_list = torch.arange(c)[None, :] < size[:, None]
+    accepts = ucb.transpose(0, 1) >= tau_acc
+    keep = in_list & accepts.gather(1, ranked)
+    flat = ranked[keep].tolist()
+    ends = keep.sum(1).cumsum(0).tolist()
+    starts = [0, *ends[:-1]]
+    partners: list[set[int]] = [set() for _ in range(c)]
+    for i in order.tolist():
+        mine = partners[i]
+        if len(mine) >= kappa:
+            continue
+        for j in flat[starts[i] : ends[i]]:
+            if len(mine) >= kappa:
+                break
+            if j in mine or len(partners[j]) >= kappa:
+                continue
+            mine.add(j)
+            partners[j].add(i)
+    return [sorted(p) for p in partners]
+
+
+def _instance(seed: int, c: int, density: float, ties: bool, down: float):
+    """Random scores (rounded to 1 decimal when ``ties``: many equal scores, some below tau), a
+    symmetric candidate mask of about ``density`` and an availability mask with ``down`` of the
+    centers unavailable (applied as the selector applies it)."""
+    g = _gen(1000 + seed)
+    ucb = torch.rand(c, c, generator=g, dtype=torch.float64)
+    if ties:
+        ucb = ucb.round(decimals=1)
+    half = torch.rand(c, c, generator=g) < density / 2
+    cand = (half | half.T) & _all(c)
+    up = torch.rand(c, generator=g) >= down
+    return ucb, cand & up[None, :] & up[:, None]
+
+
+@pytest.mark.parametrize("kappa", [1, 2, 3, 7])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.6])
+def test_blocked_matching_equals_the_reference(kappa: int, epsilon: float) -> None:
+    """Identical partner sets for the same generator state on random instances: ties, epsilon swaps,
+    filters of every density, unavailable centers, sizes across several proposer blocks."""
+    for seed, (c, density, ties, down) in enumerate(
+        [
+            (5, 1.0, True, 0.0),
+            (40, 0.5, True, 0.1),
+            (90, 1.0, False, 0.0),
+            (300, 0.3, True, 0.05),
+            (600, 1.0, True, 0.0),
+            (257, 0.05, False, 0.2),
+            (513, 0.9, False, 0.0),
+        ]
+    ):
+        ucb, cand = _instance(seed, c, density, ties, down)
+        want = _reference_propose_reject(ucb, cand, kappa, TAU, epsilon, _gen(seed))
+        assert propose_reject(ucb, cand, kappa, TAU, epsilon, _gen(seed)) == want, (c, density)
+
+
+def test_blocked_matching_equals_the_reference_on_sparse_score_tables() -> None:
+    """A :class:`SparseScores` table (prior score everywhere but on the observed pairs) matches the
+    reference run on its dense matrix, at t = 1 (every score equal: all ties) and later."""
+    from lightning_fed.selection.abps.policy import UCB
+    from lightning_fed.selection.abps.posterior import BetaPosterior
+
+    c = 700
+    g = _gen(5)
+    post = BetaPosterior(c)
+    for r in range(3):
+        i = torch.randint(0, c, (2000,), generator=g)
+        j = (i + torch.randint(1, c, (2000,), generator=g)) % c
+        keep = torch.unique(i * c + j)
+        post.update(keep // c, keep % c, torch.rand(len(keep), generator=g, dtype=torch.float64))
+        for t in (1, r + 2):
+            table = UCB().pair_scores(post, t, torch.Generator())
+            dense = table.dense()
+            for kappa, epsilon in ((3, 0.1), (1, 0.1), (3, 0.0)):
+                cand = _all(c)
+                want = _reference_propose_reject(dense, cand, kappa, TAU, epsilon, _gen(10 * r + t))
+                assert propose_reject(table, cand, kappa, TAU, epsilon, _gen(10 * r + t)) == want
+
+
+def test_tau_above_every_score_leaves_everyone_resting_like_the_reference() -> None:
+    ucb, cand = _instance(3, 120, 1.0, True, 0.0)
+    for tau in (0.0, 0.95, 2.0):
+        want = _reference_propose_reject(ucb, cand, 3, tau, 0.1, _gen(0))
+        assert propose_reject(ucb, cand, 3, tau, 0.1, _gen(0)) == want

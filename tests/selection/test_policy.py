@@ -59,9 +59,7 @@ def test_scaled_ucb_fixed_scale_one_is_ucb() -> None:
 def test_thompson_draws_match_the_beta_moments_and_are_reproducible() -> None:
     """Beta(a, b): mean a / (a + b), variance ab / ((a + b)^2 (a + b + 1)); here Beta(3, 2):
     mean 0.6, variance 6 / (25 * 6) = 0.04."""
-    post = BetaPosterior(200)
-    post.alpha.fill_(3.0)
-    post.beta.fill_(2.0)
+    post = BetaPosterior(200, alpha0=3.0, beta0=2.0)
     draws = Thompson().scores(post, 1, torch.Generator().manual_seed(5))
     assert float(draws.mean()) == pytest.approx(0.6, abs=0.005)
     assert float(draws.var()) == pytest.approx(0.04, abs=0.002)
@@ -91,3 +89,95 @@ def test_default_policy_reproduces_the_paper_ucb_bit_for_bit() -> None:
             rounds.append(p)
         results.append(rounds)
     assert results[0] == results[1]
+
+
+def _observed_posterior(c: int, rounds: int, seed: int) -> tuple[BetaPosterior, list]:
+    """A posterior after ``rounds`` batches of observations of random distinct pairs (and the
+    batches, for policies that observe them too)."""
+    g = torch.Generator().manual_seed(seed)
+    post, batches = BetaPosterior(c), []
+    for _ in range(rounds):
+        key = torch.unique(torch.randint(0, c * c, (3 * c,), generator=g))
+        i, j = key // c, key % c
+        keep = i != j
+        i, j = i[keep], j[keep]
+        phi = torch.rand(len(i), generator=g, dtype=torch.float64).round(decimals=1)  # ties and 0.5s
+        post.update(i, j, phi)
+        batches.append((i, j, phi))
+    return post, batches
+
+
+@pytest.mark.parametrize("t", [1, 2, 9])
+def test_sparse_ucb_table_is_the_dense_eq_7_bit_for_bit(t: int) -> None:
+    """UCB's SparseScores (Eq. 7 on the observed pairs, one prior score elsewhere) equals Eq. 7 on
+    the dense mean and count matrices entry by entry, and so do its row and column blocks."""
+    post, _ = _observed_posterior(300, 3, seed=t)
+    want = ucb(post.mean(), post.count, t, 0.9)
+    table = UCB(gamma=0.9).pair_scores(post, t, torch.Generator())
+    assert torch.equal(table.dense(), want)
+    assert torch.equal(UCB(gamma=0.9).scores(post, t, torch.Generator()), want)
+    index = torch.tensor([299, 0, 17, 17, 150])
+    assert torch.equal(table.rows(index), want[index])
+    assert torch.equal(table.cols(index), want[:, index])
+    assert not table.has_nan()
+
+
+def _reference_scaled_s(batches: list, c: int, min_scale: float = 1e-3) -> float:
+    """ScaledUCB.s() before issue 17: dense [C, C] sums, verbatim."""
+    shape = (c, c)
+    total, sumsq, count = (torch.zeros(shape, dtype=torch.float64) for _ in range(3))
+    for i, j, x in batches:
+        total.index_put_((i, j), x, accumulate=True)
+        sumsq.index_put_((i, j), x * x, accumulate=True)
+        count.index_put_((i, j), torch.ones_like(x), accumulate=True)
+    seen = count > 0
+    dof = float(count.sum()) - int(seen.sum())
+    if dof < 1:
+        return 1.0
+    ss = float(sumsq.sum()) - float((total[seen] ** 2 / count[seen]).sum())
+    return max(2.0 * math.sqrt(max(ss, 0.0) / dof), min_scale)
+
+
+def test_scaled_ucb_scale_and_scores_equal_the_dense_reference_bit_for_bit() -> None:
+    c = 257
+    post, batches = _observed_posterior(c, 5, seed=4)
+    policy = ScaledUCB(gamma=1.1)
+    for k, (i, j, phi) in enumerate(batches):
+        policy.observe(i, j, phi, c)
+        assert policy.s() == _reference_scaled_s(batches[: k + 1], c)
+    s = _reference_scaled_s(batches, c)
+    assert torch.equal(policy.scores(post, 6, torch.Generator()), ucb(post.mean(), post.count, 6, 1.1 * s))
+    # A dense state from before issue 17 loads and gives the same scale.
+    dense = {
+        "sum": policy.stats.dense("sum"),
+        "sumsq": policy.stats.dense("sumsq"),
+        "count": policy.stats.dense("count"),
+    }
+    old = ScaledUCB(gamma=1.1)
+    old.load_state_dict(dense)
+    assert old.s() == s
+    again = ScaledUCB(gamma=1.1)
+    again.load_state_dict(policy.state_dict())
+    assert again.s() == s
+
+
+def _reference_thompson(post: BetaPosterior, generator: torch.Generator) -> torch.Tensor:
+    """Thompson.scores() before issue 17 (one [C, C] gamma draw each for alpha and beta), verbatim."""
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        ga = torch._standard_gamma(post.alpha.to(torch.float64))
+        gb = torch._standard_gamma(post.beta.to(torch.float64))
+    total = ga + gb
+    return torch.where(total > 0, ga / total.clamp(min=torch.finfo(torch.float64).tiny), 0.5)
+
+
+@pytest.mark.parametrize("c", [5, 256, 300, 600])
+def test_blocked_thompson_draws_equal_one_dense_draw(c: int) -> None:
+    """The gamma draws made a block of rows at a time continue one random stream: the same samples
+    as one [C, C] call, for sizes below, at and across the block size."""
+    post, _ = _observed_posterior(c, 2, seed=c)
+    got = Thompson().scores(post, 3, torch.Generator().manual_seed(11))
+    assert torch.equal(got, _reference_thompson(post, torch.Generator().manual_seed(11)))
+    table = Thompson().pair_scores(post, 3, torch.Generator().manual_seed(11))
+    assert torch.equal(table.dense(), got)

@@ -5,15 +5,23 @@
 * :mod:`~lightning_fed.selection.abps.posterior`: affine clip and Beta posterior (Eqs. 5-6);
 * :mod:`~lightning_fed.selection.abps.ucb`: upper confidence bound (Eq. 7);
 * :mod:`~lightning_fed.selection.abps.policy`: how peers are scored from the posterior (``UCB``,
-  ``ScaledUCB``, ``Thompson``);
+  ``ScaledUCB``, ``Thompson``), as a score table read by blocks (``PairScores``);
 * :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22).
 """
 
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.filter import GOALS, calibrate_threshold, candidate_mask, goal_scores
 from lightning_fed.selection.abps.matching import propose_reject
-from lightning_fed.selection.abps.policy import UCB, ScaledUCB, SelectionPolicy, Thompson
-from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
+from lightning_fed.selection.abps.policy import (
+    UCB,
+    DenseScores,
+    PairScores,
+    ScaledUCB,
+    SelectionPolicy,
+    SparseScores,
+    Thompson,
+)
+from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues, clip_utility
 from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
 from lightning_fed.selection.abps.shapley import (
     coalitions_exact,
@@ -32,10 +40,14 @@ __all__ = [
     "UCB",
     "BayesianSelector",
     "BetaPosterior",
+    "DenseScores",
     "GoalFilter",
+    "PairScores",
+    "PairValues",
     "ScaledUCB",
     "SelectionPolicy",
     "ShapleyCredit",
+    "SparseScores",
     "Thompson",
     "calibrate_threshold",
     "candidate_mask",

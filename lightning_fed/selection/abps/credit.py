@@ -7,9 +7,18 @@ personal). ``U_i(∅)`` is ``i``'s own model. Shapley values are exact over all 
 when ``m = |P_i| <= exact_max`` and truncated Monte Carlo over ``num_permutations`` random
 permutations otherwise.
 
-All centers' coalitions are evaluated together: coalition models are rows of a sparse
-coefficient matrix times the stacked parameters ``[own models; received models]``, evaluated in
-chunks by the federation's ``val_utility`` (one packed forward and one batched AUROC per chunk).
+Coalition models are rows of a sparse coefficient matrix times the stacked parameters
+``[own models; received models]``: row ``(i, S)`` holds ``n_i / N_S`` on ``theta_i`` and ``n_j / N_S``
+on each ``theta_j``, ``j in S``, with ``N_S = n_i + sum_{j in S} n_j``. The coefficients of every
+center's coalitions are built at once (vectorized over centers; ``N_S`` is summed own weight first,
+then the partners in ``P_i`` order, as a Python sum would). The models are then built and evaluated
+in chunks of at most :attr:`ShapleyCredit.chunk_bytes` of coalition parameters (issue 17: all
+coalitions at once were ``8 x 3,680`` models, 1.9 GB, at 3,680 centers with ``kappa = 3``); each
+chunk is its rows of the coefficient matrix times only the parameter rows they use, evaluated by
+the federation's ``val_utility`` (one packed forward and one batched AUROC per 256 models). Every
+row of a sparse product is accumulated from its own entries in their order, and ``val_utility``
+scores each model on its own center's split, so the chunked values are those of one big batch bit
+for bit (``tests/selection/test_shapley.py`` compares them).
 
 Undefined utility: a center whose validation split has a single class has no AUROC, so every
 ``U_i`` is NaN and its Shapley values are undefined; such a center makes no observation that
@@ -18,12 +27,13 @@ round (its posterior is left unchanged: no information is not evidence of zero u
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from lightning_fed.seeding import torch_generator
 from lightning_fed.selection.abps.shapley import (
-    coalitions_exact,
     exact_shapley_batched,
     tmc_masks,
     tmc_permutations,
@@ -31,7 +41,138 @@ from lightning_fed.selection.abps.shapley import (
 )
 from lightning_fed.types import RoundContext
 
-__all__ = ["ShapleyCredit"]
+__all__ = ["Coalitions", "ShapleyCredit", "coalition_coefficients"]
+
+
+@dataclass(frozen=True)
+class Coalitions:
+    """Every coalition of a round and its coefficient row, as flat tensors.
+
+    Attributes:
+        centers: Active centers (those with partners), ascending ``[A]``.
+        players: ``P_i`` of each active center (list of ``A`` lists).
+        permutations: TMC permutations of each active center (None where exact).
+        masks: TMC masks of each active center (None where exact: ``0 .. 2^m - 1``).
+        first: First coalition row of each active center ``[A]``; its rows are contiguous.
+        rows: Coalition rows per active center ``[A]``.
+        center: Evaluating center of each coalition row ``[Q]``.
+        entry_row: Row of each coefficient entry, ascending ``[nnz]``.
+        entry_col: Column of each entry (``i`` for ``theta_i``, ``C + e`` for received message ``e``).
+        entry_value: Coefficient of each entry (float64), ``(row, col)``-sorted.
+    """
+
+    centers: Tensor
+    players: list[list[int]]
+    permutations: list[Tensor | None]
+    masks: list[list[int] | None]
+    first: Tensor
+    rows: Tensor
+    center: Tensor
+    entry_row: Tensor
+    entry_col: Tensor
+    entry_value: Tensor
+
+
+def coalition_coefficients(
+    partners: list[list[int]],
+    edges: tuple[Tensor, Tensor],
+    n_train: Tensor,
+    exact_max: int,
+    num_permutations: int,
+    generator: torch.Generator,
+) -> Coalitions:
+    """Coalitions of every center with partners and their FedAvg coefficients (module docstring).
+
+    A center with ``m <= exact_max`` partners has the ``2^m`` coalitions ``0 .. 2^m - 1`` (bitmask
+    over ``P_i``); one with more draws its TMC permutations from ``generator``, centers in ascending
+    order, and has the unique prefix coalitions (:func:`~lightning_fed.selection.abps.shapley.
+    tmc_masks`).
+
+    Args:
+        partners: ``P_i`` per center (accepted partners; ``j in P_i`` needs an edge ``j -> i``).
+        edges: ``(src, dst)`` of the received messages; a repeated edge resolves to its last
+            occurrence.
+        n_train: Training sizes ``[C]`` (the FedAvg weights).
+        exact_max: Largest ``m`` solved exactly.
+        num_permutations: TMC permutations per center above that.
+        generator: The round's Shapley generator.
+
+    Raises:
+        KeyError: If a partner has no edge into its center.
+    """
+    c = int(n_train.shape[0])
+    src = torch.as_tensor(edges[0]).reshape(-1).to("cpu", torch.int64)
+    dst = torch.as_tensor(edges[1]).reshape(-1).to("cpu", torch.int64)
+    n = n_train.to("cpu", torch.float64).reshape(-1)
+    active = [(i, list(players)) for i, players in enumerate(partners) if players]
+    centers = torch.tensor([i for i, _ in active], dtype=torch.int64)
+    m = torch.tensor([len(p) for _, p in active], dtype=torch.int64)
+    perms: list[Tensor | None] = []
+    tmc: list[list[int] | None] = []
+    for _, players in active:  # TMC draws in ascending center order
+        if len(players) <= exact_max:
+            perms.append(None)
+            tmc.append(None)
+        else:
+            perms.append(tmc_permutations(len(players), num_permutations, generator))
+            tmc.append(tmc_masks(perms[-1]))
+    rows = torch.tensor([1 << len(p) if q is None else len(q) for (_, p), q in zip(active, tmc, strict=True)])
+    rows = rows.to(torch.int64).reshape(-1)
+    first = torch.cumsum(rows, 0) - rows
+    num = int(rows.sum())
+    owner = torch.repeat_interleave(torch.arange(len(active)), rows)  # active index of each row
+    mask = torch.arange(num) - first[owner]  # exact centers: coalition q of i is bitmask q
+    for a, masks in enumerate(tmc):
+        if masks is not None:
+            mask[int(first[a]) : int(first[a] + rows[a])] = torch.tensor(masks, dtype=torch.int64)
+
+    # Edge e_{i,k} that carried theta_{P_i[k]} to i (the last such edge, as a dict lookup keeps).
+    width = int(m.max()) if len(active) else 0
+    slot_owner = torch.repeat_interleave(torch.arange(len(active)), m)
+    slot = torch.arange(int(m.sum())) - (torch.cumsum(m, 0) - m)[slot_owner]
+    player = torch.tensor([j for _, p in active for j in p], dtype=torch.int64)
+    order = torch.argsort(dst * c + src, stable=True)
+    keys = (dst * c + src)[order]
+    wanted = centers[slot_owner] * c + player
+    at = torch.searchsorted(keys, wanted, right=True) - 1
+    inside = at >= 0
+    found = torch.zeros_like(inside)
+    found[inside] = keys[at[inside]] == wanted[inside]
+    if not bool(found.all()):
+        bad = int(torch.nonzero(~found)[0])
+        raise KeyError((int(centers[slot_owner[bad]]), int(player[bad])))
+    edge = torch.full((len(active), width), -1, dtype=torch.int64)
+    weight = torch.zeros(len(active), width, dtype=torch.float64)
+    edge[slot_owner, slot] = order[at]
+    weight[slot_owner, slot] = n[player]
+
+    center = centers[owner]
+    total = n[center]  # N_S: own weight first, then the members in P_i order (a Python sum's order)
+    member = [((mask >> k) & 1).bool() for k in range(width)]
+    for k in range(width):
+        total = total + torch.where(member[k], weight[owner, k], 0.0)
+    row_ids = [torch.arange(num)]
+    cols = [center]
+    values = [n[center] / total]
+    for k in range(width):
+        q = torch.nonzero(member[k]).reshape(-1)
+        row_ids.append(q)
+        cols.append(c + edge[owner[q], k])
+        values.append(weight[owner[q], k] / total[q])
+    entry_row, entry_col, entry_value = torch.cat(row_ids), torch.cat(cols), torch.cat(values)
+    sort = torch.argsort(entry_row * (c + len(src) + 1) + entry_col)
+    return Coalitions(
+        centers=centers,
+        players=[p for _, p in active],
+        permutations=perms,
+        masks=tmc,
+        first=first,
+        rows=rows,
+        center=center,
+        entry_row=entry_row[sort],
+        entry_col=entry_col[sort],
+        entry_value=entry_value[sort],
+    )
 
 
 class ShapleyCredit:
@@ -41,7 +182,14 @@ class ShapleyCredit:
         exact_max: Largest number of partners for exact Shapley (paper: 5).
         num_permutations: TMC permutations above that (paper: 8).
         truncation_tol: TMC truncation tolerance (0: no truncation, unbiased).
+
+    Attributes:
+        chunk_bytes: Most bytes of coalition parameters (shared and personal) built and evaluated at
+            once (default 128 MiB, about 2,000 MortalityMLP models); a class attribute, not a
+            config key: it changes the memory, not the values.
     """
+
+    chunk_bytes: int = 128 * 2**20
 
     def __init__(self, exact_max: int = 5, num_permutations: int = 8, truncation_tol: float = 0.0) -> None:
         if exact_max < 0:
@@ -78,59 +226,61 @@ class ShapleyCredit:
         Returns:
             ``(i, j, phi)``: receivers, partners and Shapley values of the defined pairs.
         """
-        src, dst = edges
-        c = n_train.shape[0]
-        edge_of = {(d, s): e for e, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True))}
+        c = int(n_train.shape[0])
         gen = torch_generator(ctx.seed, "shapley", ctx.round)
-        n = n_train.to(torch.float64).tolist()
-        rows: list[int] = []
-        cols: list[int] = []
-        vals: list[float] = []
-        centers: list[int] = []
-        plans = []  # per active center: (i, players, masks, permutations or None, first row)
-        for i, players in enumerate(partners):
-            m = len(players)
-            if m == 0:
-                continue
-            perms = None if m <= self.exact_max else tmc_permutations(m, self.num_permutations, gen)
-            masks = coalitions_exact(m) if perms is None else tmc_masks(perms)
-            plans.append((i, players, masks, perms, len(centers)))
-            for mask in masks:
-                # Coalition model: own model (column i) + received models (column C + edge index).
-                terms = [(i, n[i])] + [
-                    (c + edge_of[(i, players[k])], n[players[k]]) for k in range(m) if mask >> k & 1
-                ]
-                total = sum(w for _, w in terms)
-                rows += [len(centers)] * len(terms)
-                cols += [col for col, _ in terms]
-                vals += [w / total for _, w in terms]
-                centers.append(i)
-        if not centers:
+        plan = coalition_coefficients(partners, edges, n_train, self.exact_max, self.num_permutations, gen)
+        num = len(plan.center)
+        if not num:
             empty = torch.zeros(0, dtype=torch.int64)
             return empty, empty, torch.zeros(0, dtype=torch.float64)
-        centers_t = torch.tensor(centers)
-        shape = (len(centers), c + len(src))
-        with torch.sparse.check_sparse_tensor_invariants(enable=True):
-            coeff = torch.sparse_coo_tensor(torch.tensor([rows, cols]), torch.tensor(vals), shape).coalesce()
-        params = {}
-        for name, p in own.items():
-            stacked = torch.cat([p, received[name]]).reshape(c + len(src), -1)
-            mixed = torch.sparse.mm(coeff.to(stacked.dtype), stacked)
-            params[name] = mixed.reshape(len(centers), *p.shape[1:])
-        params.update({name: p.index_select(0, centers_t.to(p.device)) for name, p in personal.items()})
-        utility = ctx.val_utility(params, centers_t)
-        return self._values(plans, utility)
+        per_model = sum(p[0].numel() * p.element_size() for p in (*own.values(), *personal.values()))
+        chunk = max(1, self.chunk_bytes // max(1, per_model))
+        bounds = torch.searchsorted(plan.entry_row, torch.arange(0, num + chunk, chunk).clamp(max=num))
+        utility = torch.empty(num, dtype=torch.float64)
+        for k, lo in enumerate(range(0, num, chunk)):
+            hi = min(num, lo + chunk)
+            e0, e1 = int(bounds[k]), int(bounds[k + 1])
+            used, column = torch.unique(plan.entry_col[e0:e1], return_inverse=True)
+            own_rows, edge_rows = used[used < c], used[used >= c] - c
+            index = torch.stack([plan.entry_row[e0:e1] - lo, column])
+            with torch.sparse.check_sparse_tensor_invariants(enable=True):
+                coeff = torch.sparse_coo_tensor(index, plan.entry_value[e0:e1], (hi - lo, len(used)))
+                coeff = coeff.coalesce()
+            centers = plan.center[lo:hi]
+            params = {}
+            for name, p in own.items():
+                stacked = torch.cat(
+                    [
+                        p.index_select(0, own_rows.to(p.device)),
+                        received[name].index_select(0, edge_rows.to(p.device)),
+                    ]
+                ).reshape(len(used), -1)
+                mixed = torch.sparse.mm(coeff.to(device=stacked.device, dtype=stacked.dtype), stacked)
+                params[name] = mixed.reshape(hi - lo, *p.shape[1:])
+            params.update({name: p.index_select(0, centers.to(p.device)) for name, p in personal.items()})
+            values = torch.as_tensor(ctx.val_utility(params, centers))
+            utility[lo:hi] = values.reshape(-1).to("cpu", torch.float64)
+            del params
+        return self._values(plan, utility)
 
-    def _values(self, plans: list, utility: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _values(self, plan: Coalitions, utility: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Exact or TMC Shapley values per active center; a center with a NaN utility is skipped."""
+        owner = torch.repeat_interleave(torch.arange(len(plan.centers)), plan.rows)
+        undefined = torch.zeros(len(plan.centers), dtype=torch.bool)
+        undefined[owner[torch.isnan(utility)]] = True
         out_i, out_j, out_phi = [], [], []
-        for i, players, masks, perms, first in plans:
-            u = utility[first : first + len(masks)]
-            if torch.isnan(u).any():
+        firsts, counts, skip = plan.first.tolist(), plan.rows.tolist(), undefined.tolist()
+        for a, i in enumerate(plan.centers.tolist()):
+            if skip[a]:
                 continue  # undefined AUROC on i's validation split: no observation this round
+            u = utility[firsts[a] : firsts[a] + counts[a]]
+            players, perms = plan.players[a], plan.permutations[a]
             if perms is None:
                 phi = exact_shapley_batched(u.unsqueeze(0)).squeeze(0)
             else:
-                phi = tmc_shapley(dict(zip(masks, u.tolist(), strict=True)), perms, self.truncation_tol)
+                phi = tmc_shapley(
+                    dict(zip(plan.masks[a], u.tolist(), strict=True)), perms, self.truncation_tol
+                )
             out_i += [i] * len(players)
             out_j += players
             out_phi.append(phi.to(torch.float64))

@@ -42,6 +42,9 @@ __all__ = ["GOALS", "KEEP_MODES", "calibrate_threshold", "candidate_mask", "goal
 #: How a keep fraction calibrates ``tau_sim`` (module docstring).
 KEEP_MODES: tuple[str, ...] = ("per_center", "global")
 
+#: Rows sorted at once by :func:`top_k_mask` (its per-row sorts need no ``[C, C]`` index matrix).
+_BLOCK_ROWS = 256
+
 
 def _cosine(meta: Tensor) -> Tensor:
     """Pairwise cosine similarity ``[C, C]``; a zero descriptor has cosine 0 with everything."""
@@ -89,7 +92,7 @@ def goal_scores(meta: Tensor, goal: str) -> Tensor:
         raise ValueError(f"unknown goal {goal!r}; allowed goals: {', '.join(sorted(GOALS))}")
     if meta.dim() != 2 or meta.shape[1] < 1:
         raise ValueError(f"metadata must be [C, d] with d >= 1, got {list(meta.shape)}")
-    scores = GOALS[goal](meta.to(torch.float64)).clone()
+    scores = GOALS[goal](meta.to(torch.float64))  # a fresh [C, C] matrix (no copy of it is kept)
     scores.fill_diagonal_(float("-inf"))
     return scores
 
@@ -134,8 +137,9 @@ def top_k_mask(scores: Tensor, keep_fraction: float) -> Tensor:
     mask = torch.zeros(c, c, dtype=torch.bool, device=scores.device)
     if k <= 0:
         return mask
-    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
-    mask.scatter_(1, order, True)
+    for lo in range(0, c, _BLOCK_ROWS):  # each row's stable sort on its own: no [C, C] sort output
+        order = torch.sort(scores[lo : lo + _BLOCK_ROWS], dim=1, descending=True, stable=True).indices[:, :k]
+        mask[lo : lo + _BLOCK_ROWS].scatter_(1, order, True)
     return mask.fill_diagonal_(False)
 
 

@@ -29,14 +29,32 @@ we keep them, as line 20 intends). The proposer does not test its own UCB: a cen
 every peer below ``tau_acc`` still proposes, and pairs with any peer that rates *it* high enough.
 So a center rests only when every candidate rejects it (or is full) and it rejects, or is not
 reached by, every proposal made to it.
+
+Implementation (issue 17). The proposals are processed in blocks of :data:`BLOCK_ROWS` proposers,
+in the proposal order: for a block, only the proposers that still have a free slot get their
+ranking (a ``[B, C]`` stable sort of their scores in their tie order), their epsilon swap and their
+acceptance mask (the block's columns of the score table); each proposer then takes, at its turn,
+the first ``kappa - |P_i|`` peers of its accepting list that are not full and not yet its partners,
+which is what the one-proposal-at-a-time loop of lines 15-21 does (a proposal changes only the
+proposer's and the accepting peer's counts, and a peer occurs once in a list). No ``[C, C]`` ranking,
+score or index matrix is built, and a proposer that is full before its block is never ranked. The
+random draws are the ones listed in :func:`propose_reject`, drawn up front, so the partner sets are
+those of the former all-rows implementation bit for bit (``tests/selection/test_matching.py``
+compares the two on random instances).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["propose_reject"]
+from lightning_fed.selection.abps.policy import DenseScores, PairScores
+
+__all__ = ["BLOCK_ROWS", "propose_reject"]
+
+#: Proposers ranked at once (a block's ranking is a ``[BLOCK_ROWS, C]`` sort).
+BLOCK_ROWS = 256
 
 
 def _ranked_candidates(ucb: Tensor, candidates: Tensor, tie_order: Tensor) -> Tensor:
@@ -51,7 +69,7 @@ def _ranked_candidates(ucb: Tensor, candidates: Tensor, tie_order: Tensor) -> Te
 
 
 def propose_reject(
-    ucb: Tensor,
+    ucb: Tensor | PairScores,
     candidates: Tensor,
     kappa: int,
     tau_acc: float,
@@ -69,7 +87,8 @@ def propose_reject(
     the UCBs; only the proposal order is random.
 
     Args:
-        ucb: ``[C, C]`` with ``ucb[i, j] = UCB_{j->i}``, center ``i``'s score for peer ``j`` (Eq. 7).
+        ucb: ``[C, C]`` with ``ucb[i, j] = UCB_{j->i}``, center ``i``'s score for peer ``j`` (Eq. 7),
+            as a matrix or a :class:`~lightning_fed.selection.abps.policy.PairScores` table.
             Ranking uses row ``i``; ``j`` decides on ``i``'s proposal with ``ucb[j, i]``.
         candidates: bool ``[C, C]``, ``candidates[i, j]`` iff ``j`` is in ``C_i`` (the diagonal is
             ignored). ``i`` only proposes to its candidates; acceptance does not require ``i`` to be
@@ -90,13 +109,16 @@ def propose_reject(
         raise ValueError(f"kappa must be >= 1, got {kappa}")
     if not 0.0 <= epsilon < 1.0:
         raise ValueError(f"epsilon must be in [0, 1), got {epsilon}")
-    c = ucb.shape[0]
-    if ucb.dim() != 2 or ucb.shape != (c, c) or candidates.shape != (c, c):
-        raise ValueError(
-            f"ucb and candidates must be [C, C], got {list(ucb.shape)}, {list(candidates.shape)}"
-        )
-    ucb = ucb.detach().to("cpu", torch.float64)
-    if bool(torch.isnan(ucb).any()):
+    if isinstance(ucb, PairScores):
+        scores, shape = ucb, (ucb.num_centers, ucb.num_centers)
+    else:
+        shape = tuple(ucb.shape)
+    c = shape[0] if shape else 0
+    if len(shape) != 2 or shape != (c, c) or candidates.shape != (c, c):
+        raise ValueError(f"ucb and candidates must be [C, C], got {list(shape)}, {list(candidates.shape)}")
+    if not isinstance(ucb, PairScores):
+        scores = DenseScores(ucb)
+    if scores.has_nan():
         raise ValueError("ucb contains NaN")
     cand = candidates.to("cpu", torch.bool).clone().fill_diagonal_(False)
 
@@ -106,36 +128,43 @@ def propose_reject(
     cycle = torch.randperm(c, generator=generator)
     start = torch.randint(0, max(c, 1), (c,), generator=generator)
 
-    tie_order = cycle[(torch.arange(c)[None, :] + start[:, None]) % max(c, 1)]
-    ranked = _ranked_candidates(ucb, cand, tie_order)  # [C, C]: the first |C_i| entries of row i are C_i
     size = cand.sum(1)
     swap = (coin < epsilon) & (size > 1)
-    if bool(swap.any()):  # line 14: exchange positions 0 and floor(pick * |C_i|)
-        rows = swap.nonzero().reshape(-1)
-        pos = (pick[rows] * size[rows]).long().clamp(max=size[rows] - 1)
-        top, other = ranked[rows, 0].clone(), ranked[rows, pos].clone()
-        ranked[rows, 0], ranked[rows, pos] = other, top
-
-    # Keep, per proposer, only candidates that would accept it on score (ucb[j, i] >= tau_acc); the
-    # capacity test |P_j| < kappa depends on earlier proposals and stays in the loop.
-    in_list = torch.arange(c)[None, :] < size[:, None]
-    accepts = ucb.transpose(0, 1) >= tau_acc  # accepts[i, j]: j's score on i clears tau_acc
-    would_accept = accepts.gather(1, ranked)
-    keep = in_list & would_accept
-    flat = ranked[keep].tolist()
-    ends = keep.sum(1).cumsum(0).tolist()
-    starts = [0, *ends[:-1]]
-
-    partners: list[set[int]] = [set() for _ in range(c)]
-    for i in order.tolist():
-        mine = partners[i]
-        if len(mine) >= kappa:
+    swap_pos = (pick * size).long().clamp(max=size - 1)  # line 14: the swap partner's position
+    degree = np.zeros(c, dtype=np.int64)
+    partners = np.full((c, max(1, min(kappa, c - 1))), -1, dtype=np.int64)
+    size_np, positions = size.numpy(), torch.arange(c)
+    for lo in range(0, c, BLOCK_ROWS):
+        block = order[lo : lo + BLOCK_ROWS]
+        block_np = block.numpy()
+        rows = block[torch.from_numpy((degree[block_np] < kappa) & (size_np[block_np] > 0))]
+        if not len(rows):
             continue
-        for j in flat[starts[i] : ends[i]]:
-            if len(mine) >= kappa:
-                break
-            if j in mine or len(partners[j]) >= kappa:
+        tie_order = cycle[(positions[None, :] + start[rows, None]) % c]
+        ranked = _ranked_candidates(scores.rows(rows), cand[rows], tie_order)
+        swapping = torch.nonzero(swap[rows]).reshape(-1)
+        if len(swapping):  # exchange positions 0 and floor(pick * |C_i|)
+            pos = swap_pos[rows[swapping]]
+            top, other = ranked[swapping, 0].clone(), ranked[swapping, pos].clone()
+            ranked[swapping, 0], ranked[swapping, pos] = other, top
+        # Keep only candidates that would accept the proposer on score (ucb[j, i] >= tau_acc); the
+        # capacity test |P_j| < kappa depends on earlier proposals and is made at the proposer's turn.
+        accepts = scores.cols(rows).transpose(0, 1) >= tau_acc  # [b, j]: j accepts rows[b] on score
+        keep = (positions[None, :] < size[rows, None]) & accepts.gather(1, ranked)
+        ranked_np, keep_np = ranked.numpy(), keep.numpy()
+        for b, i in enumerate(rows.tolist()):
+            need = kappa - degree[i]
+            if need <= 0:
                 continue
-            mine.add(j)
-            partners[j].add(i)
-    return [sorted(p) for p in partners]
+            wanted = ranked_np[b][keep_np[b]]  # i's accepting candidates, in proposal order
+            free = degree[wanted] < kappa
+            if degree[i]:
+                free &= ~np.isin(wanted, partners[i, : degree[i]])
+            taken = wanted[np.flatnonzero(free)[:need]]
+            if not len(taken):
+                continue
+            partners[i, degree[i] : degree[i] + len(taken)] = taken
+            degree[i] += len(taken)
+            partners[taken, degree[taken]] = i
+            degree[taken] += 1
+    return [sorted(row[:d].tolist()) for row, d in zip(partners, degree.tolist(), strict=True)]

@@ -1,9 +1,11 @@
 r"""Selection policies: how a center scores its peers from the Beta posterior (ABPS Sec. 4.3).
 
 A :class:`SelectionPolicy` turns the posterior of :class:`~lightning_fed.selection.abps.posterior.
-BetaPosterior` into one score matrix per round, ``score[i, j]`` = center ``i``'s score of peer
-``j``. The same matrix ranks a center's proposals and decides acceptance (``j`` accepts ``i``
-when ``score[j, i] >= tau_acc``), so every policy reuses the posterior, the propose-reject matching
+BetaPosterior` into one score table per round, ``score[i, j]`` = center ``i``'s score of peer
+``j`` (:meth:`SelectionPolicy.pair_scores`, a :class:`PairScores` read by blocks of rows or
+columns; :meth:`SelectionPolicy.scores` is the same table as a dense ``[C, C]`` matrix). The same
+scores rank a center's proposals and decide acceptance (``j`` accepts ``i`` when
+``score[j, i] >= tau_acc``), so every policy reuses the posterior, the propose-reject matching
 and the rest of :func:`~lightning_fed.selection.abps.matching.propose_reject` unchanged. Choose one
 with ``algorithm.init_args.selector.init_args.policy.class_path``:
 
@@ -19,26 +21,155 @@ smaller, so the posterior means of tried peers stay within a few hundredths of 0
 peer's bonus at ``t = 10`` is ``sqrt 2 * sqrt(2 ln 10) = 3.0``. Every untried peer outranks every
 tried one and the matching becomes a random rotating mesh (see
 ``tests/selection/test_policy_oracle.py`` for the measured behaviour on a utility oracle).
+
+Score tables (issue 17). The matching reads the scores a block of centers at a time, so no
+``[C, C]`` float64 matrix (108 MB at 3,680 centers, several of them as temporaries of Eq. 7) is
+built for the UCB policies: every pair never observed has the prior's score, so :class:`UCB` and
+:class:`ScaledUCB` return a :class:`SparseScores`, Eq. 7 evaluated on the observed pairs plus one
+prior score for all others. Eq. 7 is elementwise, so each score is the dense matrix's entry bit for
+bit. :class:`Thompson` draws one Beta sample per pair in row-major order, which needs every pair's
+draw: it returns a :class:`DenseScores` (one ``[C, C]`` float64 matrix, filled a block of rows at a
+time from the same random stream).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
-from lightning_fed.selection.abps.posterior import BetaPosterior
+from lightning_fed.selection.abps.posterior import BLOCK_ROWS, BetaPosterior, PairValues, row_positions
 from lightning_fed.selection.abps.ucb import ucb
 from lightning_fed.validation import check_number
 
-__all__ = ["UCB", "ScaledUCB", "SelectionPolicy", "Thompson"]
+__all__ = ["UCB", "DenseScores", "PairScores", "ScaledUCB", "SelectionPolicy", "SparseScores", "Thompson"]
+
+
+class PairScores(ABC):
+    """One round's scores ``score[i, j]`` (center ``i``'s score of peer ``j``), read by blocks.
+
+    Attributes:
+        num_centers: ``C``.
+    """
+
+    num_centers: int
+
+    @abstractmethod
+    def rows(self, index: Tensor) -> Tensor:
+        """``score[index, :]``, float64 ``[len(index), C]``."""
+
+    @abstractmethod
+    def cols(self, index: Tensor) -> Tensor:
+        """``score[:, index]``, float64 ``[C, len(index)]``."""
+
+    @abstractmethod
+    def has_nan(self) -> bool:
+        """Whether any score is NaN."""
+
+    def dense(self) -> Tensor:
+        """The whole table, float64 ``[C, C]``."""
+        return self.rows(torch.arange(self.num_centers))
+
+
+class DenseScores(PairScores):
+    """A score table held as one ``[C, C]`` matrix (cast to float64 on the CPU).
+
+    Args:
+        matrix: ``[C, C]`` scores.
+
+    Raises:
+        ValueError: If ``matrix`` is not square.
+    """
+
+    def __init__(self, matrix: Tensor) -> None:
+        if matrix.dim() != 2 or matrix.shape[0] != matrix.shape[1]:
+            raise ValueError(f"scores must be [C, C], got {list(matrix.shape)}")
+        self.matrix = matrix.detach().to("cpu", torch.float64)
+        self.num_centers = int(matrix.shape[0])
+
+    def rows(self, index: Tensor) -> Tensor:
+        return self.matrix.index_select(0, torch.as_tensor(index, dtype=torch.int64).reshape(-1))
+
+    def cols(self, index: Tensor) -> Tensor:
+        return self.matrix.index_select(1, torch.as_tensor(index, dtype=torch.int64).reshape(-1))
+
+    def has_nan(self) -> bool:
+        return bool(torch.isnan(self.matrix).any())
+
+    def dense(self) -> Tensor:
+        return self.matrix
+
+
+class SparseScores(PairScores):
+    """Every pair scores ``base`` except the listed ones (sorted keys ``i C + j``).
+
+    Args:
+        num_centers: ``C``.
+        base: The score of an unlisted pair (float64 ``[1]`` or a float).
+        keys: Listed pairs, strictly increasing ``i C + j`` (int64 ``[n]``).
+        values: Their scores, float64 ``[n]``.
+    """
+
+    def __init__(self, num_centers: int, base: Tensor | float, keys: Tensor, values: Tensor) -> None:
+        self.num_centers = int(num_centers)
+        self.base = float(torch.as_tensor(base, dtype=torch.float64).reshape(-1)[0])
+        self.keys = keys.reshape(-1).to(torch.int64)
+        self.values = values.reshape(-1).to(torch.float64)
+        c = self.num_centers
+        bounds = torch.arange(c + 1, dtype=torch.int64) * c
+        self._row_ptr = torch.searchsorted(self.keys, bounds)
+        self._col: tuple[Tensor, Tensor, Tensor] | None = None
+
+    def _by_column(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Transposed layout: ``(col_ptr, row of each entry, value)``, entries sorted by ``j C + i``."""
+        if self._col is None:
+            c = self.num_centers
+            i = torch.div(self.keys, c, rounding_mode="floor")
+            j = self.keys % c
+            order = torch.argsort(j * c + i)
+            col_ptr = torch.searchsorted((j * c + i)[order], torch.arange(c + 1, dtype=torch.int64) * c)
+            self._col = (col_ptr, i[order], self.values[order])
+        return self._col
+
+    def rows(self, index: Tensor) -> Tensor:
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        out = torch.full((len(index), self.num_centers), self.base, dtype=torch.float64)
+        pos, block_row = row_positions(self._row_ptr, index)
+        out[block_row, self.keys[pos] % self.num_centers] = self.values[pos]
+        return out
+
+    def cols(self, index: Tensor) -> Tensor:
+        index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
+        col_ptr, row, value = self._by_column()
+        out = torch.full((self.num_centers, len(index)), self.base, dtype=torch.float64)
+        pos, block_col = row_positions(col_ptr, index)
+        out[row[pos], block_col] = value[pos]
+        return out
+
+    def has_nan(self) -> bool:
+        return math.isnan(self.base) or bool(torch.isnan(self.values).any())
+
+    def dense(self) -> Tensor:
+        c = self.num_centers
+        out = torch.full((c, c), self.base, dtype=torch.float64)
+        out.view(-1)[self.keys] = self.values
+        return out
+
+
+def ucb_scores(posterior: BetaPosterior, t: int, gamma: float) -> SparseScores:
+    """Eq. 7 as a :class:`SparseScores`: :func:`~lightning_fed.selection.abps.ucb.ucb` on the
+    observed pairs, and once on the prior ``(alpha0 / (alpha0 + beta0), n = 0)`` for all others."""
+    pairs = posterior.pairs
+    values = ucb(posterior.observed_mean(), pairs.values["count"], t, gamma)
+    base = ucb(posterior.prior_mean(), torch.zeros(1, dtype=torch.float64), t, gamma)
+    return SparseScores(posterior.num_centers, base, pairs.keys, values)
 
 
 class SelectionPolicy(ABC):
-    """Scores ``[C, C]`` for one round from the Beta posterior (ranking and acceptance alike)."""
+    """Scores of one round from the Beta posterior (ranking and acceptance alike)."""
 
     @abstractmethod
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
@@ -50,6 +181,11 @@ class SelectionPolicy(ABC):
             generator: This round's policy generator (``(seed, "policy", round)``, apart from the
                 matching's, so the matching's draws do not depend on the policy).
         """
+
+    def pair_scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> PairScores:
+        """The same scores as a :class:`PairScores` (what the selector reads; default: :meth:`scores`
+        wrapped in a :class:`DenseScores`). Arguments as :meth:`scores`."""
+        return DenseScores(self.scores(posterior, t, generator))
 
     def setup(self) -> None:  # noqa: B027 (stateless by default)
         """Forget everything learned (called by the selector's ``setup``, before a run)."""
@@ -77,7 +213,10 @@ class UCB(SelectionPolicy):
         self.gamma = check_number("algorithm.selector.policy.gamma", gamma, 0.0, strict=False)
 
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
-        return ucb(posterior.mean(), posterior.count, t, self.gamma)
+        return self.pair_scores(posterior, t, generator).dense()
+
+    def pair_scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> SparseScores:
+        return ucb_scores(posterior, t, self.gamma)
 
     def __repr__(self) -> str:
         return f"UCB(gamma={self.gamma})"
@@ -106,11 +245,17 @@ class ScaledUCB(SelectionPolicy):
     peers differ.) Before any pair has two observations ``s = 1`` (Eq. 7 itself), and ``s`` is
     floored at ``min_scale``. ``scale`` fixes ``s`` instead (``scale = 1`` is :class:`UCB`).
 
+    The per-pair sums are kept for the observed pairs only (:class:`~lightning_fed.selection.abps.
+    posterior.PairValues`). :meth:`s` sums the squares over a transient dense ``[C, C]`` copy, the
+    order in which the former dense state summed them, so ``s`` is the same float.
+
     Args:
         gamma: Exploration weight, ``>= 0`` (sqrt 2 as Eq. 7).
         scale: A fixed ``s`` in place of ``2 sigma_w`` (None: estimated).
         min_scale: Floor of the estimated ``s`` (> 0).
     """
+
+    _DEFAULTS: ClassVar[dict[str, float]] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
 
     def __init__(
         self, gamma: float = math.sqrt(2.0), scale: float | None = None, min_scale: float = 1e-3
@@ -123,45 +268,51 @@ class ScaledUCB(SelectionPolicy):
         self.setup()
 
     def setup(self) -> None:
-        self.sum: Tensor | None = None  # per pair: sum of phi_bar
-        self.sumsq: Tensor | None = None  # per pair: sum of phi_bar^2
-        self.count: Tensor | None = None  # per pair: observations
+        #: Per observed pair: sum of phi_bar, sum of phi_bar^2, observations (None before any).
+        self.stats: PairValues | None = None
 
     def s(self) -> float:
         """The bonus scale: ``scale`` if fixed, else ``max(2 sigma_w, min_scale)`` (1 before data)."""
         if self.scale is not None:
             return self.scale
-        if self.count is None:
+        if self.stats is None:
             return 1.0
-        seen = self.count > 0
-        dof = float(self.count.sum()) - int(seen.sum())
+        count = self.stats.values["count"]
+        seen = count > 0
+        dof = float(count.sum()) - int(seen.sum())
         if dof < 1:
             return 1.0
-        ss = float(self.sumsq.sum()) - float((self.sum[seen] ** 2 / self.count[seen]).sum())
+        total_sq = float(self.stats.dense("sumsq").sum())
+        ss = total_sq - float((self.stats.values["sum"][seen] ** 2 / count[seen]).sum())
         return max(2.0 * math.sqrt(max(ss, 0.0) / dof), self.min_scale)
 
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
-        return ucb(posterior.mean(), posterior.count, t, self.gamma * self.s())
+        return self.pair_scores(posterior, t, generator).dense()
+
+    def pair_scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> SparseScores:
+        return ucb_scores(posterior, t, self.gamma * self.s())
 
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
         """Accumulate the per-pair sums behind ``sigma_w``."""
-        if self.count is None:
-            shape = (num_centers, num_centers)
-            self.sum, self.sumsq, self.count = (torch.zeros(shape, dtype=torch.float64) for _ in range(3))
+        if self.stats is None:
+            self.stats = PairValues(num_centers, self._DEFAULTS)
         x = torch.as_tensor(phi_bar, dtype=torch.float64).reshape(-1)
-        index = (torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1))
-        self.sum.index_put_(index, x, accumulate=True)
-        self.sumsq.index_put_(index, x * x, accumulate=True)
-        self.count.index_put_(index, torch.ones_like(x), accumulate=True)
+        i, j = torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1)
+        self.stats.accumulate(i, j, {"sum": x, "sumsq": x * x, "count": torch.ones_like(x)})
 
     def state_dict(self) -> dict[str, Any]:
-        if self.count is None:
+        """``{"pairs": ...}`` (the sparse sums; ``{}`` before any observation)."""
+        if self.stats is None:
             return {}
-        return {"sum": self.sum.clone(), "sumsq": self.sumsq.clone(), "count": self.count.clone()}
+        return {"pairs": self.stats.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if "count" in state:
-            self.sum, self.sumsq, self.count = (state[k].clone() for k in ("sum", "sumsq", "count"))
+        """Restore :meth:`state_dict`, or the dense ``{sum, sumsq, count}`` state from before issue 17."""
+        if "pairs" in state:
+            self.stats = PairValues(int(state["pairs"]["num_centers"]), self._DEFAULTS)
+            self.stats.load_state_dict(state["pairs"])
+        elif "count" in state:
+            self.stats = PairValues.from_dense({k: state[k] for k in self._DEFAULTS}, self._DEFAULTS)
 
     def __repr__(self) -> str:
         return f"ScaledUCB(gamma={self.gamma}, scale={self.scale}, min_scale={self.min_scale})"
@@ -174,7 +325,10 @@ class Thompson(SelectionPolicy):
     ``i`` is ``>= tau_acc``. The draws come from the round's policy generator (apart from the
     matching's), so a seed reproduces them. A Beta sample is ``G_a / (G_a + G_b)`` with
     ``G ~ Gamma(., 1)``, drawn with ``torch._standard_gamma`` under ``torch.random.fork_rng`` seeded
-    from the generator (``torch.distributions`` takes no generator).
+    from the generator (``torch.distributions`` takes no generator): first ``G_a`` for every pair in
+    row-major order, then ``G_b``. The draws are made a block of rows at a time; the gamma sampler
+    reads the global generator one element after the other, so the blocks continue one stream and
+    give the draws of one ``[C, C]`` call.
 
     The posterior's width is set by the pseudo-count (``sd ~ 1/(2 sqrt(n + 3))`` near 0.5), not by the
     utilities' spread, so Thompson separates peers only once ``n`` is large against
@@ -184,12 +338,19 @@ class Thompson(SelectionPolicy):
 
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
         seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        c = posterior.num_centers
+        out = torch.empty(c, c, dtype=torch.float64)
+        blocks = [(lo, min(c, lo + BLOCK_ROWS)) for lo in range(0, c, BLOCK_ROWS)]
+        tiny = torch.finfo(torch.float64).tiny
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            ga = torch._standard_gamma(posterior.alpha.to(torch.float64))
-            gb = torch._standard_gamma(posterior.beta.to(torch.float64))
-        total = ga + gb
-        return torch.where(total > 0, ga / total.clamp(min=torch.finfo(torch.float64).tiny), 0.5)
+            for lo, hi in blocks:  # G_a of every pair, row-major
+                out[lo:hi] = torch._standard_gamma(posterior.pairs.rows("alpha", torch.arange(lo, hi)))
+            for lo, hi in blocks:  # then G_b
+                ga = out[lo:hi]
+                total = ga + torch._standard_gamma(posterior.pairs.rows("beta", torch.arange(lo, hi)))
+                out[lo:hi] = torch.where(total > 0, ga / total.clamp(min=tiny), 0.5)
+        return out
 
     def __repr__(self) -> str:
         return "Thompson()"
