@@ -512,7 +512,9 @@ def _load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
 
 
 def refer(argv: Sequence[str]) -> Any:
-    """``lightning-fed refer --run-dir DIR``: routers x prediction rules on an EdgeDRM run's test queries."""
+    """``lightning-fed refer --run-dir DIR``: routers x prediction rules on an EdgeDRM run's queries."""
+    from typing import Literal
+
     from jsonargparse import ArgumentParser
 
     from lightning_fed.referral.routers import Router
@@ -536,6 +538,13 @@ def refer(argv: Sequence[str]) -> Any:
         default=None,
         help="routers by class_path, e.g. [{class_path: lightning_fed.referral.EdgeDRMRouter, init_args: "
         "{prior: false, label: mine}}] (default: the six of the table, in order)",
+    )
+    cli.add_argument(
+        "--queries",
+        type=Literal["test", "panel"] | None,
+        default=None,
+        help="test: the clients' test rows; panel: the tier experiment's fixed panel (the config's "
+        "lightning_fed.referral.panel.QueryPanel, else 200 images x 64 arrivals); default: the config's",
     )
     args = cli.parse_args(_gather_list(list(argv), "--baselines"))
     routers = _instantiate(cli, args).routers
@@ -596,6 +605,7 @@ def _refer_table(refer_run: Any, run_dir: Path, args: Any, out: Path, routers: A
             args.eta,
             out,
             routers=routers,
+            queries=args.queries,
         )
     except ValueError as err:
         _fail(str(err))

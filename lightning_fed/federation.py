@@ -6,6 +6,8 @@ Fabric callbacks reached through ``fabric.call``, which discards return values.
 
 Observer hooks, in call order (each receives the federation first)::
 
+    check_data(data)                     in the constructor, the data alone: an observer refuses data
+                                         it cannot use (one-line ValueError, before any training)
     on_fit_start(federation)
     for each round r:
         on_round_start(federation, r)
@@ -161,10 +163,15 @@ class Federation:
             autocast=self.fabric.autocast if self.mixed_precision else nullcontext,
             local_term=self.algorithm.local_term(),
             steps=self.trainer.local_steps,
+            lr_schedule=getattr(self.trainer, "lr_schedule", None),
+            reset_optimizer_each_round=getattr(self.trainer, "reset_optimizer_each_round", False),
         )
         self.engine.set_mask(self.algorithm.parameter_mask())
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
+        # Observers that need something of the data (e.g. a referral query panel that must fit the
+        # federation) refuse it here, with a one-line ValueError, before any training.
+        self.fabric.call("check_data", self.data)
 
     @property
     def mixed_precision(self) -> bool:

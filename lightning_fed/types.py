@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine
+from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 
 if TYPE_CHECKING:
     from lightning_fed.comm.wire import Wire
@@ -124,9 +125,18 @@ class TrainerConfig:
             <lightning_fed.federation.Federation.evaluates>`. Training, the final summary and
             every number recorded are the same for every value; rounds not evaluated have null
             ``test_auroc`` (``val_auroc``) in ``rounds.parquet``. Default 1: every round.
+        lr_schedule: Round-indexed learning-rate schedule (:mod:`lightning_fed.engine.lr_schedule`),
+            chosen by ``class_path``: :class:`~lightning_fed.engine.Constant`,
+            :class:`~lightning_fed.engine.Cosine` (``horizon``, ``min_factor``; the EdgeDRM paper's
+            ``eta_r = eta_0/2 (1 + cos(pi (r-1)/H))``), :class:`~lightning_fed.engine.Step`
+            (``every``, ``gamma``). Round ``r`` (0-based) trains at ``lr * factor(r)``, ``lr`` being
+            the model's optimizer's rate, in every engine. None (default): constant.
+        reset_optimizer_each_round: Start every round of every center from a fresh optimizer state
+            (momentum buffers, Adam moments and step counts), as the EdgeDRM paper's "SGD momentum
+            0.9, reset each round" (App. D.3.2). Default False: states persist across rounds.
 
     Raises:
-        ValueError: One line naming the ``trainer`` key, if a value is below 1.
+        ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
     """
 
     def __init__(
@@ -137,6 +147,8 @@ class TrainerConfig:
         engine: Engine | None = None,
         local_steps: int | None = None,
         eval_every: int = 1,
+        lr_schedule: LRSchedule | None = None,
+        reset_optimizer_each_round: bool = False,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -150,6 +162,16 @@ class TrainerConfig:
             raise ValueError(
                 f"trainer.eval_every must be an integer >= 1 (1: evaluate every round), got {eval_every!r}"
             )
+        if lr_schedule is not None and not isinstance(lr_schedule, LRSchedule):
+            raise ValueError(
+                "trainer.lr_schedule must be a lightning_fed.engine.LRSchedule (class_path "
+                f"lightning_fed.engine.Constant / Cosine / Step) or null, got {type(lr_schedule).__name__}"
+            )
+        if not isinstance(reset_optimizer_each_round, bool):
+            raise ValueError(
+                "trainer.reset_optimizer_each_round must be true or false, "
+                f"got {reset_optimizer_each_round!r}"
+            )
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 
@@ -158,3 +180,6 @@ class TrainerConfig:
         self.engine = engine
         self.local_steps = None if local_steps is None else int(local_steps)
         self.eval_every = every
+        #: The schedule the engines apply; None in the config means :class:`Constant`.
+        self.lr_schedule: LRSchedule = Constant() if lr_schedule is None else lr_schedule
+        self.reset_optimizer_each_round = reset_optimizer_each_round

@@ -31,3 +31,7 @@ from lightning_fed.algorithms.dispfl import DisPFL  # noqa: E402
 from lightning_fed.algorithms.masks import ERK, LayerDensity, Uniform  # noqa: E402
 
 __all__ += ["ERK", "DisPFL", "LayerDensity", "Uniform"]
+
+from lightning_fed.algorithms.feddrm import FedDRM  # noqa: E402
+
+__all__ += ["FedDRM"]

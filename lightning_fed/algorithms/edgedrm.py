@@ -7,8 +7,10 @@ mixing with graph neighbours). :meth:`EdgeDRM.finish` runs stage II:
 2. neighbours exchange training counts ``n_u`` (for the inference prior ``log(n_j / n_i)``);
 3. heads and potentials ``(b_u, theta_u)`` are fitted with the balanced endpoint objective
    ``sum_u [lambda T_u + kappa sum_{v in N(u)} L_uv^(u)]``, ``kappa = m(1 - lambda)/(2|E|)``
-   (:mod:`lightning_fed.referral.stage2`); per epoch each client sends its potential to each neighbour
-   and gets back the gradient of the neighbour's endpoint term with respect to it (App. B.4, ``G_i``);
+   (:mod:`lightning_fed.referral.stage2`), by default as the paper fits it: ``stage2_epochs`` rounds
+   of ``stage2_steps_per_round`` mini-batch momentum-SGD steps on a cosine rate (App. D.2.1, D.3.2);
+   per optimizer step each client sends its potential to each neighbour and gets back the gradient of
+   the neighbour's endpoint term with respect to it (App. B.4, ``G_i``);
 4. final potentials are published to neighbours.
 
 All stage-II messages are booked on the ledger at round ``ctx.round`` with the bytes the wire's hook
@@ -30,7 +32,7 @@ from lightning_fed.graphs.gossip import directed_edges
 from lightning_fed.graphs.topology import Topology
 from lightning_fed.referral.experts import Experts
 from lightning_fed.referral.potentials import Potentials
-from lightning_fed.referral.stage2 import fit_stage2
+from lightning_fed.referral.stage2 import Stage2Optim, fit_stage2
 from lightning_fed.types import FinishContext
 
 __all__ = ["EdgeDRM"]
@@ -41,11 +43,13 @@ class EdgeDRM(DFedAvgM):
 
     Args:
         topology: Communication graph recipe (default RR4).
-        stage2_epochs: Full-batch stage-II optimizer steps (paper: 200 rounds).
+        stage2_epochs: Stage-II rounds ``R`` (paper: 200 on CIFAR, 50 on ISIC); with
+            ``stage2_optimizer="adam"`` the number of full-batch steps.
         lam: Task weight ``lambda`` in ``[0, 1]`` (paper: 0.9 primary; Table 5 sweeps it).
         eta: Referral threshold: move only while the best incident score exceeds it (paper: 0).
         max_hops: Movement budget ``L`` (paper: 2 on 8 clients, 8 for 32).
-        lr: Stage-II Adam learning rate.
+        lr: Stage-II base learning rate (paper: 0.01): SGD's round-``r`` rate is
+            ``lr/2 (1 + cos(pi (r - 1) / stage2_horizon))``; Adam's constant rate.
         encode_batch_size: Rows per frozen-encoder call.
         personal_layers: Head layers kept out of stage-I mixing (0: full model, as the paper).
         consensus_steps: Extra gossip steps on the encoders (Metropolis mixing over the graph, every
@@ -55,7 +59,18 @@ class EdgeDRM(DFedAvgM):
             encoders still differ, each client's representation then carries its own encoder's
             signature, and a source classifier keys on the encoder instead of the data (measured:
             EdgeDRM barely moves queries); a few dozen steps of plain gossip fix that. Booked on
-            the ledger like every other message.
+            the ledger like every other message. Not the paper's protocol (the shipped paper-protocol
+            configs set 0); when used, referral reads the DFedAvgM row with the stage-I heads on the
+            same post-consensus encoders, plus a pre-consensus row (:mod:`lightning_fed.referral.run`).
+        stage2_optimizer: ``"sgd"`` (the paper's mini-batch momentum SGD) or ``"adam"`` (full-batch
+            Adam at the constant rate ``lr``; lambda then has almost no effect, see
+            :mod:`lightning_fed.referral.stage2`).
+        stage2_steps_per_round: SGD mini-batch steps per stage-II round (paper: 5, App. D.3.2).
+        stage2_batch_size: Rows per client mini-batch (paper: 32).
+        stage2_momentum: SGD momentum (paper: 0.9), reset every round when ``stage2_reset_momentum``.
+        stage2_weight_decay: SGD weight decay on heads and potentials (paper: 5e-4).
+        stage2_horizon: Cosine horizon ``H`` in rounds (paper: 600, stopping at round 200).
+        stage2_reset_momentum: Reset the momentum buffer at every round start (paper: yes).
     """
 
     def __init__(
@@ -69,27 +84,43 @@ class EdgeDRM(DFedAvgM):
         encode_batch_size: int = 1024,
         personal_layers: int = 0,
         consensus_steps: int = 0,
+        stage2_optimizer: str = "sgd",
+        stage2_steps_per_round: int = 5,
+        stage2_batch_size: int = 32,
+        stage2_momentum: float = 0.9,
+        stage2_weight_decay: float = 5e-4,
+        stage2_horizon: int = 600,
+        stage2_reset_momentum: bool = True,
     ) -> None:
         super().__init__(topology, personal_layers)
         if int(consensus_steps) < 0:
             raise ValueError(f"algorithm.consensus_steps must be >= 0, got {consensus_steps}")
         self.consensus_steps = int(consensus_steps)
-        if int(stage2_epochs) < 1:
-            raise ValueError(f"algorithm.stage2_epochs must be >= 1, got {stage2_epochs}")
         if not 0.0 <= float(lam) <= 1.0:
             raise ValueError(f"algorithm.lam must lie in [0, 1] (task weight lambda), got {lam}")
         if int(max_hops) < 0:
             raise ValueError(f"algorithm.max_hops (movement budget L) must be >= 0, got {max_hops}")
-        if not float(lr) > 0:
-            raise ValueError(f"algorithm.lr must be > 0, got {lr}")
         if int(encode_batch_size) < 1:
             raise ValueError(f"algorithm.encode_batch_size must be >= 1, got {encode_batch_size}")
+        #: Stage II's optimizer (validated there: one-line errors naming ``algorithm.<argument>``).
+        self.stage2 = Stage2Optim(
+            name=stage2_optimizer,
+            lr=float(lr),
+            momentum=float(stage2_momentum),
+            weight_decay=float(stage2_weight_decay),
+            batch_size=stage2_batch_size,
+            rounds=stage2_epochs,
+            steps_per_round=stage2_steps_per_round,
+            horizon=stage2_horizon,
+            reset_momentum=bool(stage2_reset_momentum),
+        )
         self.stage2_epochs, self.lam, self.eta = int(stage2_epochs), float(lam), float(eta)
         self.max_hops, self.lr, self.encode_batch_size = int(max_hops), float(lr), int(encode_batch_size)
         self.potentials: Potentials | None = None
         #: The stage-I (DFedAvgM) parameters that stage II changes (the heads, and the encoders when
         #: ``consensus_steps > 0``), kept so that referral can report the DFedAvgM baseline (the
-        #: stage-I model at the entry client) from the same run.
+        #: stage-I heads at the entry client, on the post-consensus encoders; the saved encoders give
+        #: the pre-consensus row) from the same run.
         self.stage1_head: dict[str, Tensor] | None = None
 
     def finish(self, ctx: FinishContext) -> dict[str, Tensor]:
@@ -111,14 +142,14 @@ class EdgeDRM(DFedAvgM):
             params["head.bias"],
             self.graph.adjacency,
             self.lam,
-            self.stage2_epochs,
-            self.lr,
             ctx.module.loss_rows,
+            self.stage2,
+            ctx.seed,
             ctx.log,
         )
         potential = {"a": torch.cat([fit.potentials.b.unsqueeze(1), fit.potentials.theta], 1)}
-        # Per epoch: a_u to every neighbour, and grad_{a_u} L_uv^(v) back from it; then the final a_u.
-        self._book(ctx.wire, potential, src, dst, ctx.round, 2 * self.stage2_epochs + 1)
+        # Per optimizer step: a_u to every neighbour, and grad_{a_u} L_uv^(v) back; then the final a_u.
+        self._book(ctx.wire, potential, src, dst, ctx.round, 2 * self.stage2.steps + 1)
         self.potentials = Potentials(fit.potentials.b.cpu(), fit.potentials.theta.cpu(), ctx.data.n_train)
         out = dict(params)
         out["head.weight"] = fit.weight.to(params["head.weight"].dtype)

@@ -155,11 +155,13 @@ class FedSPD(Algorithm):
             for i, (x, y) in enumerate(self.rows)
         ]
 
-    def m_step(self, gamma: list[Tensor], round_idx: int) -> Tensor:
+    def m_step(self, gamma: list[Tensor], round_idx: int, lr_factor: float = 1.0) -> Tensor:
         """``local_steps`` membership-weighted SGD steps on all ``C x S`` cluster models (in place).
 
         Client ``i``'s batches come from ``(seed, "fedspd-batches", round, i)``; all of its clusters
-        see the same rows. Returns the mean weighted loss per cluster model ``[C, S]`` over the steps.
+        see the same rows. The step size is ``lr * lr_factor`` (the round's ``trainer.lr_schedule``
+        factor; plain SGD keeps no optimizer state, so ``trainer.reset_optimizer_each_round`` changes
+        nothing here). Returns the mean weighted loss per cluster model ``[C, S]`` over the steps.
         """
         c, s = self.num_centers, self.num_clusters
         gens = [torch_generator(self.seed, "fedspd-batches", round_idx, i) for i in range(c)]
@@ -170,9 +172,8 @@ class FedSPD(Algorithm):
             idx, x, y, mask = self._batch(gens, flat)
             w = torch.stack([gamma[i][idx[i].clamp_min(0)] for i in range(c)]).to(mask)
             w = (w * mask.unsqueeze(2)).permute(0, 2, 1).reshape(c * s, -1)
-            flat, loss = weighted_sgd_step(
-                self.module, flat, x.repeat_interleave(s, 0), y.repeat_interleave(s, 0), w, self.lr
-            )
+            xs, ys = x.repeat_interleave(s, 0), y.repeat_interleave(s, 0)
+            flat, loss = weighted_sgd_step(self.module, flat, xs, ys, w, self.lr * lr_factor)
             loss_sum += loss.cpu().to(torch.float64)
         # A cluster model whose steps diverged is rolled back to its value before the M-step.
         bad = ~torch.isfinite(loss_sum)
@@ -234,7 +235,7 @@ class FedSPD(Algorithm):
         gamma = self.memberships()
         device = next(iter(self.clusters.values())).device
         self._weight = torch.stack([g.sum(0) for g in gamma]).to(device)
-        loss = self.m_step(gamma, round_idx)
+        loss = self.m_step(gamma, round_idx, engine.lr_factor(round_idx))
         share = (self._weight / self._weight.sum(1, keepdim=True)).cpu()
         client_loss = (loss.cpu() * share).sum(1)
         self._round["cluster_loss"] = float(client_loss.mean())

@@ -21,6 +21,10 @@ class Callback:
     def setup_run_dir(self, run_dir: Path) -> None:
         """Told the run folder by ``lightning-fed fit`` before training (for callbacks that write there)."""
 
+    def check_data(self, data: Any) -> None:
+        """When the federation is built, before any training: raise a one-line ``ValueError`` if this
+        observer cannot work with ``data`` (a :class:`~lightning_fed.data.center.FederatedData`)."""
+
     def on_fit_start(self, federation: Any) -> None:
         """Before the first round (also after a resume)."""
 

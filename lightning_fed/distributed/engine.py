@@ -76,6 +76,8 @@ class ShardedEngine(Engine):
             local_term=self.local_term,
             steps=self.local_steps,
             center_ids=range(lo, hi),
+            lr_schedule=self.lr_schedule,
+            reset_optimizer_each_round=self.reset_optimizer_each_round,
         )
         local = self.inner.get_params()
         self.names = list(local)

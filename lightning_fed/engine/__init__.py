@@ -1,7 +1,10 @@
-"""Local-training engines: :class:`PackedEngine` (all centers at once) and :class:`SequentialEngine`."""
+"""Local-training engines: :class:`PackedEngine` (all centers at once) and :class:`SequentialEngine`,
+and the round-indexed learning-rate schedules they apply (:class:`Constant`, :class:`Cosine`,
+:class:`Step`; ``trainer.lr_schedule``)."""
 
 from lightning_fed.engine.base import Engine
+from lightning_fed.engine.lr_schedule import Constant, Cosine, LRSchedule, Step
 from lightning_fed.engine.packed import PackedEngine
 from lightning_fed.engine.sequential import SequentialEngine
 
-__all__ = ["Engine", "PackedEngine", "SequentialEngine"]
+__all__ = ["Constant", "Cosine", "Engine", "LRSchedule", "PackedEngine", "SequentialEngine", "Step"]

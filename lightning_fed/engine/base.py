@@ -5,6 +5,15 @@ centers for one round of local epochs. Optimizer states persist across rounds (e
 its own Adam moments and step count, as a hospital keeping its optimizer between rounds would);
 aggregation replaces parameters only. Parameters go in and out as stacked tensors ``[C, ...]`` in
 center order, which is what aggregation (a mixing matrix) works on.
+
+Two round-start settings (``trainer.lr_schedule``, ``trainer.reset_optimizer_each_round``) are
+applied by every engine at the start of :meth:`Engine.train_round`, before anything of the round is
+computed: every center's learning rate becomes ``base_lr * lr_schedule.factor(round_idx)``
+(:mod:`lightning_fed.engine.lr_schedule`; ``base_lr`` is the rate ``configure_optimizers`` set),
+and with the reset every center's optimizer state (momentum buffers, Adam moments, step counts) is
+replaced by a fresh optimizer's (the EdgeDRM paper's "SGD momentum 0.9, reset each round",
+App. D.3.2). Both are pure functions of the round, so checkpoints hold nothing new. A center whose
+round diverges is rolled back to its state after these round-start changes.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule, RowStreams
 
@@ -52,6 +62,8 @@ class Engine(ABC):
         local_term: LocalTerm | None = None,
         steps: int | None = None,
         center_ids: Sequence[int] | None = None,
+        lr_schedule: LRSchedule | None = None,
+        reset_optimizer_each_round: bool = False,
     ) -> None:
         """Copy ``module``'s (already initialized) parameters to every model and index the data.
 
@@ -70,6 +82,9 @@ class Engine(ABC):
             steps: Local updates per round instead of ``epochs`` epochs (``trainer.local_steps``).
             center_ids: The global center id of each model in ``train`` (a shard of a larger
                 federation); it keys the model's batch order and dropout. Default ``0..len(train)-1``.
+            lr_schedule: The round's learning-rate factor (``trainer.lr_schedule``); None: constant.
+            reset_optimizer_each_round: Start every round from a fresh optimizer state
+                (``trainer.reset_optimizer_each_round``).
         """
         ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
         if len(ids) != len(train):
@@ -84,6 +99,8 @@ class Engine(ABC):
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
         self.local_steps = None if steps is None else int(steps)
         self.local_term = local_term
+        self.lr_schedule: LRSchedule = Constant() if lr_schedule is None else lr_schedule
+        self.reset_optimizer_each_round = bool(reset_optimizer_each_round)
         self.device, self.autocast = torch.device(device), autocast
         self.num_models = len(train)
         self._build(train, dtype)
@@ -94,7 +111,14 @@ class Engine(ABC):
 
     @abstractmethod
     def train_round(self, round_idx: int) -> Tensor:
-        """Run the local epochs of round ``round_idx``; returns each model's mean batch loss ``[C]``."""
+        """Run the local epochs of round ``round_idx``; returns each model's mean batch loss ``[C]``.
+
+        Starts by setting the round's learning rate and, with ``reset_optimizer_each_round``,
+        resetting the optimizer states (module docstring)."""
+
+    def lr_factor(self, round_idx: int) -> float:
+        """The learning-rate multiplier of round ``round_idx`` (``lr_schedule.factor``)."""
+        return float(self.lr_schedule.factor(round_idx))
 
     @abstractmethod
     def get_params(self) -> dict[str, Tensor]:

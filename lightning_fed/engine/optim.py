@@ -37,11 +37,25 @@ class StackedOptimizer(ABC):
     def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         """Fresh state for stacked ``params`` (includes ``"step"``: int64 ``[C]``)."""
 
+    #: The learning rate of the next steps (the packed engine sets it per round from its schedule).
+    lr: float
+
     @abstractmethod
     def step(
         self, params: dict[str, Tensor], grads: dict[str, Tensor], state: dict[str, Tensor], k: int
     ) -> None:
         """Update the first ``k`` centers in place (``params`` and ``state`` are full stacks)."""
+
+    @torch.no_grad()
+    def reset_state(self, state: dict[str, Tensor]) -> None:
+        """Make ``state`` a fresh :meth:`init_state` in place, for every center.
+
+        The fresh state of Adam and SGD is all zeros (moments, momentum buffers and step counts;
+        SGD's first step then takes ``buf = g``, as a fresh ``torch.optim.SGD`` does); an optimizer
+        whose fresh state is not zero overrides this.
+        """
+        for t in state.values():
+            t.zero_()
 
 
 class StackedAdam(StackedOptimizer):

@@ -34,6 +34,11 @@ the active centers is zeroed outside it before each optimizer step, and paramete
 state outside it are zeroed when it is set (and parameters again after :meth:`~PackedEngine.set_params`).
 Without a mask the step is unchanged.
 
+Every round starts by setting the stacked optimizer's ``lr`` to ``base_lr * lr_factor(round)`` (one
+rate for all centers: the schedule is a function of the round only, so every shard sets the same)
+and, with ``reset_optimizer_each_round``, zeroing its state (moments, buffers, step counts) for all
+centers (:mod:`lightning_fed.engine.base`).
+
 Divergence is contained per center: a center whose loss turns non-finite in any step of the round
 (or whose parameters end the round non-finite) gets its parameters and optimizer state restored to
 their values before the round, so its remaining steps of the round have no effect; its reported
@@ -239,6 +244,8 @@ class PackedEngine(Engine):
         template = template.to(self.device, dtype)
         self.flat = template.unsqueeze(0).repeat(self.num_models, 1)
         self.optimizer: StackedOptimizer = stacked_optimizer_for(self.module.configure_optimizers())
+        #: The rate ``configure_optimizers`` set; round ``r`` trains at ``base_lr * lr_factor(r)``.
+        self.base_lr = self.optimizer.lr
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
         self.grad = torch.zeros_like(self.flat)
         # Per-name views of the whole stacks, sliced [:k] per step (self.flat is never rebound).
@@ -303,6 +310,11 @@ class PackedEngine(Engine):
     last_diverged: Tensor | None = None
 
     def train_round(self, round_idx: int) -> Tensor:
+        # The round's rate (the same for every center, so a shard agrees with the whole) and, if
+        # asked, a fresh optimizer state; both before the snapshot a diverged center returns to.
+        self.optimizer.lr = self.base_lr * self.lr_factor(round_idx)
+        if self.reset_optimizer_each_round:
+            self.optimizer.reset_state(self.opt_state)
         rows, masks = self._round_rows(round_idx)
         before = self._snapshot()
         self.module.train()

@@ -9,6 +9,9 @@ With a parameter mask (:meth:`SequentialEngine.set_mask`, DisPFL) each center's 
 outside its mask before ``opt.step()``, and parameters and optimizer state outside it are zeroed when
 it is set and after :meth:`~SequentialEngine.set_params`.
 
+The round's learning rate (``param_groups[0]["lr"]``) and, with ``reset_optimizer_each_round``,
+a cleared ``optimizer.state`` are set at the start of every round (:mod:`lightning_fed.engine.base`).
+
 A center whose loss turns non-finite gets its parameters and optimizer state restored to their
 values before the round and skips the rest of the round (loss NaN, flagged in
 :attr:`SequentialEngine.last_diverged`), as in the packed engine.
@@ -39,6 +42,8 @@ class SequentialEngine(Engine):
         self.data = [(x.to(self.device, dtype), y.to(self.device, dtype)) for x, y in train]
         self.models = [copy.deepcopy(self.module).to(self.device, dtype) for _ in train]
         self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
+        #: Each optimizer's rate as ``configure_optimizers`` set it (round ``r``: times ``lr_factor(r)``).
+        self.base_lrs = [opt.param_groups[0]["lr"] for opt in self.optimizers]
         #: Per model, ``(parameter, bool masked-out)`` pairs of the masked parameters; None: no mask.
         self._masked_out: list[list[tuple[torch.nn.Parameter, Tensor]]] | None = None
         self.mask = None
@@ -49,6 +54,11 @@ class SequentialEngine(Engine):
     def train_round(self, round_idx: int) -> Tensor:
         losses = torch.zeros(self.num_models, dtype=torch.float64)
         self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)
+        factor = self.lr_factor(round_idx)
+        for opt, base in zip(self.optimizers, self.base_lrs, strict=True):
+            opt.param_groups[0]["lr"] = base * factor
+            if self.reset_optimizer_each_round:
+                opt.state.clear()  # a fresh torch optimizer's state: lazily re-created at its first step
         for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
             model.train()
             before = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())

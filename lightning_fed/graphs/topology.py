@@ -321,13 +321,23 @@ def _pair_stubs(n: int, k: int, rng) -> list[tuple[int, int]] | None:
 
 
 class EdgeList(Topology):
-    """A graph given edge by edge.
+    """A graph given edge by edge: one adjacency for every run seed (the seed is not read).
+
+    The fixed RR4 graphs of the EdgeDRM benchmark are EdgeLists
+    (``configs/edgedrm_bench/graphs/rr4_fixed8.yaml``, ``rr4_fixed32.yaml``): the paper uses one
+    adjacency for every training seed (App. D.1), where :class:`RandomRegular` without a ``seed``
+    would draw a new graph per run seed. The 8-client edges are the paper's neighbourhoods
+    ``N(1) .. N(8)`` (App. D.1, 1-indexed there, 0-indexed here); the 32-client edges are
+    ``RandomRegular(degree=4, seed=82025).build(32)`` written out (the paper's seed; its generator is
+    not published, ours gives 64 edges and diameter four as the paper states).
 
     Args:
         edges: Node pairs ``[[i, j], ...]`` (orientation and order do not matter).
+        name: The graph's name in reports (e.g. ``"RR4"``, so the EdgeDRM tables group a fixed RR4
+            edge list with the RR4 rows); None: reports use the class name, ``EdgeList``.
     """
 
-    def __init__(self, edges: list[list[int]]) -> None:
+    def __init__(self, edges: list[list[int]], name: str | None = None) -> None:
         pairs = [tuple(int(v) for v in e) for e in edges]
         if any(len(p) != 2 for p in pairs):
             raise ValueError("EdgeList.edges must be a list of [i, j] pairs")
@@ -339,6 +349,7 @@ class EdgeList(Topology):
         if len(set(canon)) != len(canon):
             raise ValueError("EdgeList.edges lists an edge twice; list each pair once")
         self.edges = [list(p) for p in pairs]
+        self.name = None if name is None else str(name)
 
     @property
     def min_nodes(self) -> int:  # type: ignore[override]

@@ -9,12 +9,13 @@ from lightning_fed.referral.routers import (
     EdgeDRMRouter,
     FedDRMReference,
     NoReferral,
+    OracleSourceRouter,
     RandomRouter,
     Router,
     Routes,
     RouteSetup,
 )
-from lightning_fed.referral.stage2 import Stage2Result, fit_stage2
+from lightning_fed.referral.stage2 import Stage2Optim, Stage2Result, fit_stage2, stage2_batches
 from lightning_fed.referral.workload import client_calls, edge_traffic, workload
 
 __all__ = [
@@ -24,12 +25,14 @@ __all__ = [
     "FedDRMReference",
     "HardTerminal",
     "NoReferral",
+    "OracleSourceRouter",
     "Potentials",
     "PredictionRule",
     "RandomRouter",
     "RouteSetup",
     "Router",
     "Routes",
+    "Stage2Optim",
     "Stage2Result",
     "UniformHistory",
     "WeightedHistory",
@@ -42,5 +45,6 @@ __all__ = [
     "kappa",
     "neighbour_table",
     "refer",
+    "stage2_batches",
     "workload",
 ]

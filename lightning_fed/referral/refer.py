@@ -1,12 +1,15 @@
 """Referral evaluation: every router and prediction rule on the same models and queries (EdgeDRM Sec. 5).
 
-Queries are the clients' test rows. Each query from source ``s`` enters at a client drawn uniformly
-among the other ``C - 1`` clients (``(seed, "referral_entry")``, App. D.1: the source id builds the
-evaluation but is never shown to a router or rule). Every router walks the same queries from the
-same entries; every prediction rule reads the same walks. One row per (router, rule): accuracy,
-balanced accuracy, calls and incident scores per query, and the workload columns of
-:func:`lightning_fed.referral.workload.workload`. Written atomically as ``referral.csv`` and
-``referral.md``, plus ``referral_traffic.png`` (the first router's traffic on the graph).
+Queries are by default the clients' test rows (:func:`split_queries`). Each query from source ``s``
+enters at a client drawn uniformly among the other ``C - 1`` clients (``(seed, "referral_entry")``,
+App. D.1: the source id builds the evaluation but is never shown to a router or rule). The hospital-
+tier experiment passes a fixed panel instead (:class:`lightning_fed.referral.panel.QueryPanel`: common
+untransformed test images, each in several arrival records, exactly balanced entries). Every router
+walks the same queries from the same entries; every prediction rule reads the same walks. One row per
+(router, rule): accuracy, balanced accuracy, calls and incident scores per query, the workload columns
+of :func:`lightning_fed.referral.workload.workload` and ``queries`` (``test`` or ``panel NxR``).
+Written atomically as ``referral.csv`` and ``referral.md``, plus ``referral_traffic.png`` (the first
+router's traffic on the graph).
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.io import atomic_path
 from lightning_fed.metrics.balanced_accuracy import balanced_accuracy
 from lightning_fed.referral.experts import Experts
+from lightning_fed.referral.panel import Queries
 from lightning_fed.referral.plots import routing_picture
 from lightning_fed.referral.potentials import Potentials
 from lightning_fed.referral.prediction import HardTerminal, PredictionRule, UniformHistory, WeightedHistory
 from lightning_fed.referral.routers import (
     CountOnlyRouter,
     EdgeDRMRouter,
-    FedDRMReference,
     NoReferral,
+    OracleSourceRouter,
     RandomRouter,
     Router,
     RouteSetup,
@@ -38,19 +42,19 @@ from lightning_fed.referral.routers import (
 from lightning_fed.referral.workload import client_calls, edge_traffic, workload
 from lightning_fed.seeding import torch_generator
 
-__all__ = ["default_routers", "draw_entries", "refer", "to_markdown", "write_referral"]
+__all__ = ["default_routers", "draw_entries", "refer", "split_queries", "to_markdown", "write_referral"]
 
 
 def default_routers() -> list[Router]:
     """The six routers in table order (EdgeDRM first: its traffic is the routing picture):
-    EdgeDRM, EdgeDRM w/o prior, count-only, random, EdgeDRM-NR, FedDRM (centralized)."""
+    EdgeDRM, EdgeDRM w/o prior, count-only, random, EdgeDRM-NR, oracle router on EdgeDRM experts."""
     return [
         EdgeDRMRouter(),
         EdgeDRMRouter(prior=False),
         CountOnlyRouter(),
         RandomRouter(),
         NoReferral(),
-        FedDRMReference(),
+        OracleSourceRouter(),
     ]
 
 
@@ -65,6 +69,14 @@ def draw_entries(source: Tensor, num_clients: int, seed: int) -> Tensor:
     gen = torch_generator(seed, "referral_entry")
     offset = torch.randint(1, num_clients, source.shape, generator=gen)
     return (source.to(torch.int64) + offset) % num_clients
+
+
+def split_queries(data: FederatedData, seed: int) -> Queries:
+    """Every client's test rows, each entering at a non-source client (:func:`draw_entries`)."""
+    x = torch.cat([cd.x_test for cd in data.centers])
+    y = torch.cat([cd.y_test for cd in data.centers]).to(torch.int64)
+    source = torch.cat([torch.full((cd.x_test.shape[0],), u) for u, cd in enumerate(data.centers)])
+    return Queries(x, y, draw_entries(source, data.num_centers, seed), "test")
 
 
 def to_markdown(table: pl.DataFrame) -> str:
@@ -93,14 +105,16 @@ def refer(
     batch_size: int = 1024,
     device: torch.device | None = None,
     write: bool = True,
+    queries: Queries | None = None,
 ) -> pl.DataFrame:
-    """Evaluate referral on the test splits and write the table and the routing picture.
+    """Evaluate referral on the queries and write the table and the routing picture.
 
     Args:
         run_dir: Output folder.
         module: Model template (``encode`` + linear ``head``).
         params: Final stacked per-client parameters (stage II heads).
-        data: The federation (test splits are the queries; train splits feed only the FedDRM reference).
+        data: The federation (its test splits are the default queries; its train splits feed only the
+            oracle router on EdgeDRM experts).
         graph: The communication graph (``adjacency [C, C]``, ``tiers``).
         potentials: Fitted potentials and counts (``EdgeDRM.state_dict()`` restores them).
         seed: Run seed (entries, random router).
@@ -113,13 +127,15 @@ def refer(
         device: Compute device.
         write: Write the table and the routing picture (False: only return the table, e.g. for
             baseline rows that a caller merges into one table with :func:`write_referral`).
+        queries: The queries and their entry clients (default :func:`split_queries`; a
+            :meth:`~lightning_fed.referral.panel.QueryPanel.queries` panel for the tier experiment).
 
     Returns:
         The table (also written as ``referral.csv`` / ``referral.md`` in ``run_dir``).
 
     Raises:
-        ValueError: If the graph or potentials do not fit the data, no router is given, or two
-            routers share a label.
+        ValueError: If the graph or potentials do not fit the data, no router is given, two
+            routers share a label, or an entry client is not one of the data's.
     """
     c = data.num_centers
     adjacency = torch.as_tensor(graph.adjacency).to(torch.bool)
@@ -138,15 +154,15 @@ def refer(
     rules = list(rules) if rules is not None else [HardTerminal(), UniformHistory(), WeightedHistory()]
     experts = Experts(module, params, batch_size=batch_size, device=device)
     setup = RouteSetup(adjacency, potentials, experts, max_hops=max_hops, eta=eta, seed=seed)
-    x = torch.cat([cd.x_test for cd in data.centers])
-    y = torch.cat([cd.y_test for cd in data.centers]).to(torch.int64)
-    source = torch.cat([torch.full((cd.x_test.shape[0],), u) for u, cd in enumerate(data.centers)])
-    entry = draw_entries(source, c, seed)
+    q = queries if queries is not None else split_queries(data, seed)
+    x, y, entry = q.x, q.y.to(torch.int64), q.entry.to(torch.int64)
+    if entry.numel() and not (int(entry.min()) >= 0 and int(entry.max()) < c):
+        raise ValueError(f"refer: entry clients must lie in 0..{c - 1}")
     tiers = getattr(graph, "tiers", None)
     rows = []
     for k, router in enumerate(routers):
         name = router.label
-        if isinstance(router, FedDRMReference) and router.head is None:
+        if isinstance(router, OracleSourceRouter) and router.head is None:
             router.fit([experts.encode(u, cd.x_train) for u, cd in enumerate(data.centers)])
         routes = router.route(x, entry, setup)
         work = workload(routes, c, tiers)
@@ -169,6 +185,7 @@ def refer(
                     "accuracy": float((pred == y).to(torch.float64).mean()),
                     "balanced_accuracy": float(balanced_accuracy(pred, y, max(num_classes, 2))),
                     **work,
+                    "queries": q.label,
                 }
             )
     table = pl.DataFrame(rows)

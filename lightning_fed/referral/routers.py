@@ -12,11 +12,14 @@ returns the first maximum) and moves there only while that score exceeds the thr
 * :class:`RandomRouter`: a uniformly random unvisited neighbour, moving until the budget is spent or
   none remains (App. D.2.2); its accepted hop scores are 0 (it computes none).
 * :class:`NoReferral` (EdgeDRM-NR): the query stays at its entry.
-* :class:`FedDRMReference`: the centralized reference (Sec. 5.1): a global ``m``-client source head
-  ``s_j(z) ∝ exp{log rho_j + b_j + theta_j^T z}`` (Eq. 2) scores *all* clients and sends the query
-  in one move straight to its argmax, ignoring the graph. It is the only component that sees every
-  client's training representations at once (it is fitted on the pooled ``(z, source)`` pairs, each
-  ``z`` from its own client's encoder) and therefore cannot run under the decentralized constraint.
+* :class:`OracleSourceRouter` ("oracle router on EdgeDRM experts"): a global ``m``-client source
+  head ``s_j(z) ∝ exp{log rho_j + b_j + theta_j^T z}`` (Eq. 2), fitted afterwards on the pooled
+  ``(z, source)`` pairs of the EdgeDRM run's own experts (each ``z`` from its own client's encoder),
+  scores *all* clients and sends the query in one move straight to its argmax, ignoring the graph.
+  It sees every client's training representations at once, so it cannot run under the decentralized
+  constraint: an upper-bound diagnostic of routing on the same experts. It is not FedDRM, which
+  trains its own encoder and selection head (:class:`~lightning_fed.algorithms.FedDRM`).
+  ``FedDRMReference`` is its deprecated former name.
 
 Work is vectorized over queries: at each hop the queries are grouped by current client and each
 group gets one encoder pass, which yields both the representation used for scoring and the
@@ -44,6 +47,7 @@ __all__ = [
     "EdgeDRMRouter",
     "FedDRMReference",
     "NoReferral",
+    "OracleSourceRouter",
     "RandomRouter",
     "RouteSetup",
     "Router",
@@ -116,7 +120,7 @@ class Router(ABC):
         label: Its rows' ``router`` value in the referral table (default: :meth:`default_label`).
     """
 
-    #: Whether moves are limited to graph neighbours (False only for the centralized reference).
+    #: Whether moves are limited to graph neighbours (False only for the oracle router).
     graph_constrained: bool = True
     #: Whether the router computes scores (its candidates count as incident scores).
     computes_scores: bool = True
@@ -268,18 +272,20 @@ class NoReferral(Router):
         raise RuntimeError("NoReferral never scores")  # budget 0: the walk never asks
 
 
-class FedDRMReference(Router):
-    """Centralized FedDRM reference: a global source head, one move straight to its argmax.
+class OracleSourceRouter(Router):
+    """Oracle router on EdgeDRM experts: a global source head, one move straight to its argmax.
 
     Fit with :meth:`fit` on every client's training representations (pooled: the centralized
-    privilege this reference has). The head is the ``m``-class source classifier of Eq. 2,
+    privilege this oracle has). The head is the ``m``-class source classifier of Eq. 2,
     ``logit_j(z) = log rho_j + b_j + theta_j^T z``, fitted by full-batch Adam on the pooled
-    cross-entropy with ``log rho_j`` fixed. The move score is ``logit_j(z) - logit_c(z)``.
+    cross-entropy with ``log rho_j`` fixed. The move score is ``logit_j(z) - logit_c(z)``. It routes
+    over the EdgeDRM run's experts (its encoders and heads), so its accuracy depends on that run and
+    its graph; the paper's FedDRM reference is its own method, :class:`~lightning_fed.algorithms.FedDRM`.
 
     Args:
         epochs: Full-batch Adam steps.
         lr: Adam learning rate.
-        label: Table label (default ``"FedDRM (centralized)"``).
+        label: Table label (default ``"oracle router on EdgeDRM experts"``).
     """
 
     graph_constrained = False
@@ -287,12 +293,12 @@ class FedDRMReference(Router):
     def __init__(self, epochs: int = 300, lr: float = 0.05, label: str | None = None) -> None:
         super().__init__(label)
         if epochs < 1 or not lr > 0:
-            raise ValueError(f"FedDRMReference needs epochs >= 1 and lr > 0, got {epochs}, {lr}")
+            raise ValueError(f"OracleSourceRouter needs epochs >= 1 and lr > 0, got {epochs}, {lr}")
         self.epochs, self.lr = int(epochs), float(lr)
         self.head: Potentials | None = None
 
     def default_label(self) -> str:
-        return "FedDRM (centralized)"
+        return "oracle router on EdgeDRM experts"
 
     def fit(self, z: list[Tensor]) -> Potentials:
         """Fit the global source head on client ``u``'s representations ``z[u] [n_u, d]``."""
@@ -318,5 +324,11 @@ class FedDRMReference(Router):
 
     def scores(self, current: int, z: Tensor, setup: RouteSetup, hop: int) -> Tensor:
         if self.head is None:
-            raise ValueError("FedDRMReference.fit(z) must run before routing (refer does this)")
+            raise ValueError("OracleSourceRouter.fit(z) must run before routing (refer does this)")
         return self.head.incident_scores(current, z.to(torch.float64), prior=True)
+
+
+#: Deprecated former name of :class:`OracleSourceRouter` (kept for ``--routers`` configs naming
+#: ``lightning_fed.referral.routers.FedDRMReference`` and for :mod:`lightning_fed.referral.refer`).
+#: It is not FedDRM: that is :class:`~lightning_fed.algorithms.FedDRM`.
+FedDRMReference = OracleSourceRouter

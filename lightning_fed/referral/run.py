@@ -2,14 +2,25 @@
 
 The EdgeDRM run folder gives the trained clients (stage-II heads), the graph and the routing
 potentials (restored from its checkpoint); every router and prediction rule of
-:func:`~lightning_fed.referral.refer.refer` runs on its test queries. Two baseline rows join the
+:func:`~lightning_fed.referral.refer.refer` runs on its queries (below). Two baseline rows join the
 same table, on the same queries and entry clients:
 
-- ``DFedAvgM (stage I)``: the same run's stage-I model (encoder plus the stage-I head, kept by
-  :class:`~lightning_fed.algorithms.EdgeDRM`) answering at the entry client;
+- ``DFedAvgM (stage I)``: the same run's stage-I heads (kept by
+  :class:`~lightning_fed.algorithms.EdgeDRM`) on the encoders EdgeDRM itself uses, answering at the
+  entry client. Without ``consensus_steps`` (the paper's protocol) that is exactly the stage-I
+  DFedAvgM model. With ``consensus_steps > 0`` EdgeDRM's encoders had extra gossip steps after stage
+  I; this row reads the same post-consensus encoders, so the comparison does not hand EdgeDRM
+  communication the control lacks, and ``DFedAvgM (stage I, pre-consensus)`` adds the stage-I model
+  as trained (encoders before consensus; in ``referral.csv``, not in the EdgeDRM tables);
 - one row per ``--baselines`` run folder (e.g. a ``LocalOnly`` run on the same data): its models
   answering at the entry client. Its data must be the same federation (same test labels), which
   is checked.
+
+The queries are the run's test rows, or the fixed diagnostic panel of the hospital-tier experiment
+(:class:`~lightning_fed.referral.panel.QueryPanel`) when the run's config lists one under
+``callbacks:`` or ``queries="panel"`` asks for it; the panel is drawn from the run's data rebuilt
+without client transforms (:func:`~lightning_fed.referral.panel.untransformed_data`) and every row
+of the table (routers, stage I, baselines) answers the same arrival records.
 
 The routers are a plugin list (``routers``: :class:`~lightning_fed.referral.routers.Router`
 objects, each built from its own parameters and labelled by ``Router.label``; default: the six of
@@ -26,6 +37,7 @@ from typing import Any
 import polars as pl
 import torch
 
+from lightning_fed.referral.panel import QueryPanel, config_panel, untransformed_data
 from lightning_fed.referral.prediction import HardTerminal
 from lightning_fed.referral.refer import refer, write_referral
 from lightning_fed.referral.routers import NoReferral, Router
@@ -42,6 +54,15 @@ def _same_queries(main: Any, other: Any, where: Path) -> None:
         )
 
 
+def _panel(run_dir: Path, queries: str | QueryPanel | None) -> QueryPanel | None:
+    if isinstance(queries, QueryPanel):
+        return queries
+    if queries not in (None, "test", "panel"):
+        raise ValueError(f"--queries must be test or panel, got {queries!r}")
+    panel = None if queries == "test" else config_panel(run_dir)
+    return QueryPanel() if panel is None and queries == "panel" else panel
+
+
 def refer_run(
     run_dir: Path,
     load: Callable[[Path], Any],
@@ -50,6 +71,7 @@ def refer_run(
     eta: float | None = None,
     out: Path | None = None,
     routers: Sequence[Router] | None = None,
+    queries: str | QueryPanel | None = None,
 ) -> pl.DataFrame:
     """Evaluate referral for ``run_dir`` (an EdgeDRM run) and write the table and picture to ``out``.
 
@@ -64,10 +86,14 @@ def refer_run(
             :attr:`~lightning_fed.referral.routers.Router.label` (default: the six of
             :func:`~lightning_fed.referral.refer.default_routers`). The stage-I and ``baselines`` rows
             are added whatever the routers.
+        queries: ``"test"`` (the test splits), ``"panel"`` (the config's
+            :class:`~lightning_fed.referral.panel.QueryPanel`, else the paper's 200 x 64), a
+            :class:`~lightning_fed.referral.panel.QueryPanel`, or None: the config's panel if it lists
+            one, else the test splits.
 
     Raises:
-        ValueError: If ``run_dir`` holds no routing potentials, a baseline's data differ or two
-            routers share a label.
+        ValueError: If ``run_dir`` holds no routing potentials, a baseline's data differ, two
+            routers share a label, ``queries`` is unknown or the panel does not fit the data.
     """
     fed = load(run_dir)
     alg = fed.algorithm
@@ -87,22 +113,33 @@ def refer_run(
         "max_hops": hops,
         "eta": threshold,
     }
+    panel = _panel(run_dir, queries)
+    if panel is not None:
+        raw = alg.prepare(untransformed_data(run_dir, fed.data, fed.seed))
+        common["queries"] = panel.queries(raw, fed.seed)
     params = fed.center_params()
     tables = [refer(out, fed.module, params, fed.data, routers=routers, **common)]
     entry_only = {"rules": [HardTerminal()], "write": False}
     if alg.stage1_head is not None:
-        stage1 = {**params, **{n: t.to(params[n]) for n, t in alg.stage1_head.items()}}
-        tables.append(
-            refer(
-                out,
-                fed.module,
-                stage1,
-                fed.data,
-                routers=[NoReferral(label="DFedAvgM (stage I)")],
-                **common,
-                **entry_only,
+        # The stage-I heads on EdgeDRM's own (post-consensus) encoders; the saved stage-I encoders, kept
+        # when consensus_steps > 0, give the pre-consensus row (module docstring).
+        heads = {n: t for n, t in alg.stage1_head.items() if n.startswith("head.")}
+        rows = [("DFedAvgM (stage I)", heads)]
+        if len(heads) < len(alg.stage1_head):
+            rows.append(("DFedAvgM (stage I, pre-consensus)", alg.stage1_head))
+        for label, saved in rows:
+            stage1 = {**params, **{n: t.to(params[n]) for n, t in saved.items()}}
+            tables.append(
+                refer(
+                    out,
+                    fed.module,
+                    stage1,
+                    fed.data,
+                    routers=[NoReferral(label=label)],
+                    **common,
+                    **entry_only,
+                )
             )
-        )
     for folder in baselines:
         other = load(Path(folder))
         _same_queries(fed, other, Path(folder))

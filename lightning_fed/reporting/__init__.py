@@ -76,7 +76,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
         dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
-        columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier).
+        columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
+        ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition).
 
     Raises:
         ValueError: If ``root`` holds no run directory, or ``reference`` is not among its methods.
@@ -121,4 +122,9 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")
             written["referral_tiers.png"] = out / "referral_tiers.png"
+            from lightning_fed.reporting.referral import tier_markdown, tier_rows, tier_table
+
+            tiers = tier_markdown(tier_table(tier_rows(root)))
+            if tiers:
+                written["tier_table.md"] = write_text(out / "tier_table.md", tiers)
     return written

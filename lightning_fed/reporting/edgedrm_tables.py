@@ -3,17 +3,28 @@
 Every EdgeDRM run folder under the root contributes the rows of its ``referral.csv`` (written by
 ``lightning-fed refer``) that the paper reports, read as methods:
 
-- ``EdgeDRM`` (score-weighted history), ``EdgeDRM-NR``, ``FedDRM`` (the centralized reference,
-  weighted history) and ``DFedAvgM`` (the run's stage-I model at the entry client);
+- ``EdgeDRM`` (score-weighted history), ``EdgeDRM-NR`` and ``DFedAvgM`` (the run's stage-I model at
+  the entry client);
+- ``Oracle router`` (weighted history): the oracle router on EdgeDRM experts
+  (:class:`~lightning_fed.referral.routers.OracleSourceRouter`, a global source head fitted on the
+  run's own pooled representations; older tables label it ``FedDRM (centralized)``, read the same);
+  a reference, and not FedDRM;
 - each ``--baselines`` row under its algorithm's name (``LocalOnly`` reads ``Local``; DisPFL and
   FedSPD runs appear under their names) at the entry client.
+
+Every :class:`~lightning_fed.algorithms.FedDRM` run folder (its ``summary.json`` carries
+``feddrm_accuracy``) contributes the ``FedDRM`` row: the paper's centralized reference, its own method
+evaluated with its own selection head on the same test queries, one number per setting and seed. It
+has no graph, so it sits in the ``Reference`` group (Table 1 layout: one row; Table 2 layout: its
+column repeats the setting's value in every graph row).
 
 The run's ``config.yaml`` names the column (dataset: the data class, with the CIFAR variant;
 partition: ``5-SPC`` for ``Shards(per_client=5)``, ``Dir-0.3`` for ``DirichletLabels(alpha=0.3)``,
 ``balanced`` for ``BalancedSizes``) and the group (graph: ``Path``, ``Cycle``, ``RR4``, ``Complete``,
-...) and the client count (a column label carries ``32 clients`` only when client counts differ).
+...; a topology's ``name`` when it has one, e.g. the fixed RR4 ``EdgeList(name="RR4")``) and the
+client count (a column label carries ``32 clients`` only when client counts differ).
 Cells are mean +/- sample SD of the accuracy (%) over the seeds found; per graph and column the best
-decentralized method (not Local, not FedDRM) is in bold, as in the paper.
+decentralized method (not Local, FedDRM or the oracle router) is in bold, as in the paper.
 
 :func:`edgedrm_settings_markdown` lays the same cells out like Table 2 (one row per graph and setting,
 one column per method) and :func:`edgedrm_margins` condenses them into the comparisons the paper's
@@ -23,6 +34,7 @@ the strongest other one, its gap to DFedAvgM and its referral gain over EdgeDRM-
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +42,8 @@ import polars as pl
 import yaml
 
 __all__ = [
+    "FEDDRM_KEY",
+    "REFERENCE_GROUP",
     "REFERENCE_METHODS",
     "edgedrm_margins",
     "edgedrm_margins_markdown",
@@ -40,19 +54,33 @@ __all__ = [
     "run_setting",
 ]
 
-#: Methods shown as references, never marked best (the paper's "Reference" group).
-REFERENCE_METHODS = ("Local", "FedDRM")
-_ORDER = ("Local", "FedDRM", "DFedAvgM", "DisPFL", "FedSPD", "EdgeDRM-NR", "EdgeDRM")
+#: Methods shown as references, never marked best (the paper's "Reference" group, and the oracle).
+REFERENCE_METHODS = ("Local", "FedDRM", "Oracle router")
+#: The group of methods that have no graph (FedDRM: one number per setting).
+REFERENCE_GROUP = "Reference"
+_ORDER = ("Local", "FedDRM", "Oracle router", "DFedAvgM", "DisPFL", "FedSPD", "EdgeDRM-NR", "EdgeDRM")
 _ROUTER_METHODS = {
     ("EdgeDRM", "weighted history"): "EdgeDRM",
     ("EdgeDRM-NR", "hard terminal"): "EdgeDRM-NR",
-    ("FedDRM (centralized)", "weighted history"): "FedDRM",
+    ("oracle router on EdgeDRM experts", "weighted history"): "Oracle router",
+    ("FedDRM (centralized)", "weighted history"): "Oracle router",  # the oracle's label before the rename
     ("DFedAvgM (stage I)", "hard terminal"): "DFedAvgM",
 }
+#: ``summary.json`` key of a FedDRM run's accuracy (:class:`~lightning_fed.algorithms.FedDRM`).
+FEDDRM_KEY = "feddrm_accuracy"
 
 
 def _class_name(node: Any) -> str:
     return str(node.get("class_path", "")).rsplit(".", 1)[-1] if isinstance(node, dict) else ""
+
+
+def _tiers_graph(args: dict[str, Any]) -> str:
+    """The key of a :class:`~lightning_fed.graphs.HospitalTiers` graph: ``Tiers-layered`` or
+    ``Tiers-shortcut`` (its ``shortcut`` flag), with ``small/medium/large`` appended when the tier
+    sizes are not the paper's 16/8/8, so two different tier graphs never share a table row."""
+    sizes = tuple(int(args.get(k, d)) for k, d in (("small", 16), ("medium", 8), ("large", 8)))
+    name = "Tiers-shortcut" if args.get("shortcut") else "Tiers-layered"
+    return name if sizes == (16, 8, 8) else f"{name} {'/'.join(map(str, sizes))}"
 
 
 def run_setting(config: dict[str, Any]) -> dict[str, Any]:
@@ -70,9 +98,13 @@ def run_setting(config: dict[str, Any]) -> dict[str, Any]:
         "BalancedSizes": "balanced",
     }.get(_class_name(part), _class_name(part) or "default")
     topo = ((config.get("algorithm", {}) or {}).get("init_args", {}) or {}).get("topology") or {}
-    graph = _class_name(topo) or "RandomRegular"
+    targs = (topo.get("init_args") or {}) if isinstance(topo, dict) else {}
+    # A named edge list (EdgeList(name="RR4"): the fixed RR4 graphs) reads under its name.
+    graph = targs.get("name") or _class_name(topo) or "RandomRegular"
     if graph == "RandomRegular":
-        graph = f"RR{((topo.get('init_args') or {}) if isinstance(topo, dict) else {}).get('degree', 4)}"
+        graph = f"RR{targs.get('degree', 4)}"
+    elif graph == "HospitalTiers":
+        graph = _tiers_graph(targs)
     clients = int(args.get("num_clients") or 8)
     return {
         "dataset": dataset,
@@ -86,15 +118,34 @@ def run_setting(config: dict[str, Any]) -> dict[str, Any]:
 def _method(router: str, rule: str) -> str | None:
     if (router, rule) in _ROUTER_METHODS:
         return _ROUTER_METHODS[(router, rule)]
-    ours = router.startswith(("EdgeDRM", "FedDRM", "DFedAvgM"))
+    ours = router.startswith(("EdgeDRM", "FedDRM", "DFedAvgM", "oracle router"))
     if " (" in router and rule == "hard terminal" and not ours:
         name = router.split(" (", 1)[0]
         return "Local" if name == "LocalOnly" else name
     return None
 
 
+def _feddrm_row(run: Path) -> dict[str, Any] | None:
+    """The FedDRM row of a FedDRM run folder (``summary.json`` with :data:`FEDDRM_KEY`), else None."""
+    if not (run / "config.yaml").is_file():
+        return None
+    try:
+        summary = json.loads((run / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = summary.get(FEDDRM_KEY) if isinstance(summary, dict) else None
+    if not isinstance(value, int | float):
+        return None
+    config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    if _class_name(config.get("algorithm")) != "FedDRM":
+        return None
+    setting = {**run_setting(config), "graph": REFERENCE_GROUP}
+    return {"run": run.name, **setting, "method": "FedDRM", "accuracy": 100.0 * float(value)}
+
+
 def edgedrm_rows(root: Path) -> pl.DataFrame:
-    """One row per (run, method): setting columns and ``accuracy`` (%), from every referral run."""
+    """One row per (run, method): setting columns and ``accuracy`` (%), from every referral run and
+    every FedDRM run (module docstring)."""
     rows = []
     for path in sorted(Path(root).rglob("referral.csv")):
         run = path.parent
@@ -105,6 +156,10 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
             method = _method(str(r["router"]), str(r["prediction_rule"]))
             if method is not None:
                 rows.append({"run": run.name, **setting, "method": method, "accuracy": 100.0 * r["accuracy"]})
+    for path in sorted(Path(root).rglob("summary.json")):
+        row = _feddrm_row(path.parent)
+        if row is not None:
+            rows.append(row)
     return pl.DataFrame(rows)
 
 
@@ -140,7 +195,10 @@ def _label(setting: Setting, settings: set[Setting]) -> str:
 
 
 def _render(cell: Cells, best: dict[tuple[str, Setting], float], g: str, m: str, st: Setting) -> str:
-    """``mean ± sd`` of one cell, bold when it is the best decentralized one; ``-`` when absent."""
+    """``mean ± sd`` of one cell, bold when it is the best decentralized one; ``-`` when absent. A
+    method of the reference group (no graph: FedDRM) shows its setting's value in every graph."""
+    if (g, m, st) not in cell:
+        g = REFERENCE_GROUP
     if (g, m, st) not in cell:
         return "-"
     mean, sd = cell[(g, m, st)]
@@ -162,8 +220,10 @@ def _methods(names: set[str]) -> list[str]:
 
 
 def _graph_order(graph: str) -> tuple[int, str]:
-    """Sparse to dense, as the paper lists them: Path, Cycle, RR-k, Complete, then the rest."""
-    rank = {"Path": 0, "Cycle": 1, "Complete": 3}.get(graph, 2 if graph.startswith("RR") else 4)
+    """The reference group first, then sparse to dense as the paper lists them: Path, Cycle, RR-k,
+    Complete, then the rest."""
+    fixed = {REFERENCE_GROUP: -1, "Path": 0, "Cycle": 1, "Complete": 3}
+    rank = fixed.get(graph, 2 if graph.startswith("RR") else 4)
     return rank, graph
 
 
@@ -187,16 +247,21 @@ def edgedrm_markdown(table: pl.DataFrame) -> str:
 
 
 def edgedrm_settings_markdown(table: pl.DataFrame) -> str:
-    """The paper's Table 2 layout: one row per (graph, setting), one column per method, best bold."""
+    """The paper's Table 2 layout: one row per (graph, setting), one column per method, best bold.
+
+    The reference group's methods (FedDRM) fill their column in every graph row of their setting; the
+    reference group gets a row of its own only for a setting no graph has."""
     if table.height == 0:
         return ""
     cell = _cells(table)
     settings = {st for *_, st in cell}
     methods = _methods({m for _, m, _ in cell})
     best = _best(cell)
+    graphed = {st for g, _, st in cell if g != REFERENCE_GROUP}
     lines = ["| graph | setting | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
     for g in sorted({g for g, *_ in cell}, key=_graph_order):
-        for st in sorted({st for gg, _, st in cell if gg == g}):
+        own = {st for gg, _, st in cell if gg == g}
+        for st in sorted(own - graphed if g == REFERENCE_GROUP else own):
             out = [_render(cell, best, g, m, st) for m in methods]
             lines.append(f"| {g} | {_label(st, settings)} | " + " | ".join(out) + " |")
     return "\n".join(lines) + "\n"

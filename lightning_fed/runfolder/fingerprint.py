@@ -16,6 +16,11 @@ the configs written before it existed);
 ``fabric.devices`` / ``num_nodes`` / ``strategy`` shard the centers across processes, which gives
 the one-process result (:mod:`lightning_fed.distributed`). The accelerator and the precision change
 the arithmetic and are fingerprinted.
+
+Keys added after configs were first fingerprinted (:data:`ADDED_LATER`) change the numbers and are
+fingerprinted, except at the value that reproduces the behaviour from before they existed: there
+they are left out, so a config written before them (which resolves to that value) keeps its
+fingerprint and its run can still be resumed and re-tested.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SAFE_TO_CHANGE", "changed_keys", "config_fingerprint", "fingerprinted"]
+__all__ = ["ADDED_LATER", "SAFE_TO_CHANGE", "changed_keys", "config_fingerprint", "fingerprinted"]
 
 #: Dotted keys (a trailing ``.*`` covers a whole group) that may differ between the config of a
 #: checkpoint and the config that resumes or re-tests it.
@@ -38,6 +43,13 @@ SAFE_TO_CHANGE = (
     "fabric.num_nodes",
     "fabric.strategy",
 )
+
+#: Dotted keys added after fingerprints existed, with the (flattened) value that gives the results
+#: of before: left out of the fingerprint at that value, fingerprinted at any other.
+ADDED_LATER: dict[str, Any] = {
+    "trainer.lr_schedule": None,  # None: constant learning rate
+    "trainer.reset_optimizer_each_round": False,
+}
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -53,8 +65,17 @@ def _safe(key: str) -> bool:
     return any(key == s or (s.endswith(".*") and key.startswith(s[:-1])) for s in SAFE_TO_CHANGE)
 
 
+def _as_before(key: str, value: Any) -> bool:
+    """Whether ``key`` is one of :data:`ADDED_LATER` at its value from before (``False`` is not ``0``)."""
+    if key not in ADDED_LATER:
+        return False
+    old = ADDED_LATER[key]
+    return type(value) is type(old) and value == old
+
+
 def fingerprinted(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The config flattened to dotted keys, without the :data:`SAFE_TO_CHANGE` keys.
+    """The config flattened to dotted keys, without the :data:`SAFE_TO_CHANGE` keys (and without the
+    :data:`ADDED_LATER` keys at their value from before).
 
     Args:
         config: The resolved config as a nested mapping (``cfg.as_dict()``); a ``config`` entry (the
@@ -62,7 +83,7 @@ def fingerprinted(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     flat: dict[str, Any] = {}
     _flatten({k: v for k, v in config.items() if k != "config"}, "", flat)
-    return {k: v for k, v in sorted(flat.items()) if not _safe(k)}
+    return {k: v for k, v in sorted(flat.items()) if not _safe(k) and not _as_before(k, v)}
 
 
 def config_fingerprint(config: Mapping[str, Any]) -> str:

@@ -63,6 +63,10 @@ class _NoEngine:
     def train_round(self, round_idx: int) -> Tensor:
         raise AssertionError("FedSPD must not run the engine's local epochs")
 
+    def lr_factor(self, round_idx: int) -> float:
+        """The round's ``trainer.lr_schedule`` factor (constant here), which FedSPD applies itself."""
+        return 1.0
+
 
 def _data(labels: list[list[int]]) -> FederatedData:
     """One client per label list; one all-zero feature per row."""
@@ -242,3 +246,20 @@ def test_diverged_cluster_models_are_rolled_back() -> None:
     algo.m_step(gamma, 0)
     assert algo.round_stats()["diverged_cluster_models"] == 6
     assert torch.equal(algo.clusters["b"], before)
+
+
+def test_the_m_step_follows_the_rounds_learning_rate_factor() -> None:
+    """FedSPD trains outside the engine, so it applies ``trainer.lr_schedule`` itself: an M-step at
+    factor 0.5 equals one with ``lr`` halved (the step size is ``lr * factor``), and factor 0 leaves
+    every cluster model where it was (no weight decay in the M-step)."""
+
+    def step(lr: float, factor: float) -> torch.Tensor:
+        algo = FedSPD(topology=Path(), num_clusters=2, local_steps=2, lr=lr, temperature=1.0)
+        algo.setup(_data([[0, 1], [1, 0], [0, 1]]), Logits(), seed=0)
+        algo.clusters = {"b": torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1)}
+        algo.m_step(algo.memberships(), 0, factor)
+        return algo.clusters["b"]
+
+    assert torch.equal(step(0.2, 0.5), step(0.1, 1.0))
+    assert not torch.equal(step(0.2, 1.0), step(0.1, 1.0))
+    assert torch.equal(step(0.2, 0.0), torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1))

@@ -56,8 +56,9 @@ def test_dfedavgm_metropolis_mix_on_a_path() -> None:
 
 
 def test_edgedrm_finish_fits_heads_and_potentials_and_books_messages(tmp_path) -> None:
-    """Stage II on a path of 3 (|E| = 2, 4 directed edges), d = 2, 50 epochs: counts are int64
-    (8 bytes x 4), potentials (b, theta) are 3 float32 (12 bytes) x 4 edges x (2 * 50 + 1) exchanges."""
+    """Stage II on a path of 3 (|E| = 2, 4 directed edges), d = 2, 50 rounds of 5 SGD steps (the
+    default): counts are int64 (8 bytes x 4), potentials (b, theta) are 3 float32 (12 bytes) x 4 edges
+    x (2 * 250 + 1) exchanges (one potential and one gradient per step, then the final potential)."""
     data = toy_federation()
     module = ToyModule()
     algo = EdgeDRM(topology=Path(), stage2_epochs=50, lam=0.5, lr=0.05, max_hops=2)
@@ -69,7 +70,7 @@ def test_edgedrm_finish_fits_heads_and_potentials_and_books_messages(tmp_path) -
     assert len(logged) == 50
     assert torch.equal(out["proj.weight"], params["proj.weight"])  # encoder frozen
     assert not torch.equal(out["head.weight"], params["head.weight"])
-    assert wire.ledger.total() == 8 * 4 + 12 * 4 * 101
+    assert wire.ledger.total() == 8 * 4 + 12 * 4 * 501
     assert wire.ledger.round_total(7) == wire.ledger.total()
     pot = algo.potentials
     assert pot.counts.tolist() == [120, 60, 90]
@@ -103,7 +104,8 @@ def test_edgedrm_finish_fits_heads_and_potentials_and_books_messages(tmp_path) -
 
 def test_edgedrm_runs_inside_a_federation() -> None:
     """Stage I (1 round of DFedAvgM) then stage II through Federation.fit: the stage-II messages are
-    booked on round index 1 (= rounds done): 8 * 4 count bytes + 12 * 4 * (2 * 5 + 1) potential bytes."""
+    booked on round index 1 (= rounds done): 8 * 4 count bytes + 12 * 4 * (2 * 5 * 5 + 1) potential bytes
+    (5 stage-II rounds of 5 SGD steps)."""
     from lightning_fed.federation import Federation
     from lightning_fed.types import TrainerConfig
 
@@ -113,7 +115,7 @@ def test_edgedrm_runs_inside_a_federation() -> None:
     )
     fed.fit()
     assert algo.potentials is not None and algo.potentials.theta.shape == (3, 2)
-    assert fed.wire.ledger.round_total(1) == 8 * 4 + 12 * 4 * 11
+    assert fed.wire.ledger.round_total(1) == 8 * 4 + 12 * 4 * 51
 
 
 def test_stage_two_runs_once_after_early_stopping_restores_the_best_round() -> None:

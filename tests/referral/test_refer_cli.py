@@ -45,7 +45,7 @@ def test_refer_writes_every_router_and_the_baseline_rows(tmp_path: Path) -> None
         "count-only",
         "random",
         "EdgeDRM-NR",
-        "FedDRM (centralized)",
+        "oracle router on EdgeDRM experts",
     } <= routers
     assert "DFedAvgM (stage I)" in routers and "LocalOnly (local)" in routers
     assert table.filter(pl.col("router") == "EdgeDRM").height == 3  # three prediction rules

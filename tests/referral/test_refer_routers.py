@@ -18,7 +18,14 @@ from lightning_fed.types import TrainerConfig
 from .test_algorithms import toy_federation
 from .toy import ToyModule
 
-SIX = ["EdgeDRM", "EdgeDRM w/o prior", "count-only", "random", "EdgeDRM-NR", "FedDRM (centralized)"]
+SIX = [
+    "EdgeDRM",
+    "EdgeDRM w/o prior",
+    "count-only",
+    "random",
+    "EdgeDRM-NR",
+    "oracle router on EdgeDRM experts",
+]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from lightning_fed.referral.routers import (
     EdgeDRMRouter,
     FedDRMReference,
     NoReferral,
+    OracleSourceRouter,
     RandomRouter,
     RouteSetup,
 )
@@ -121,9 +122,9 @@ def test_deterministic_ties_go_to_lowest_id() -> None:
     assert stay.incident.tolist() == [3, 3]
 
 
-def test_count_only_no_referral_and_feddrm() -> None:
+def test_count_only_no_referral_and_oracle() -> None:
     """Path 0-1-2 with n = (10, 20, 40): count-only climbs 0 -> 1 -> 2 with scores log 2, log 2 and
-    stops at 2 (from 2 nothing is unvisited); NR stays; FedDRM jumps in one move to its argmax."""
+    stops at 2 (from 2 nothing is unvisited); NR stays; the oracle router jumps in one move to its argmax."""
     path = Graph(3, torch.tensor([[0, 1], [1, 2]]))
     pot = Potentials(
         torch.zeros(3, dtype=torch.float64),
@@ -139,15 +140,18 @@ def test_count_only_no_referral_and_feddrm() -> None:
     )
     nr = NoReferral().route(x, entry, setup)
     assert nr.visited.tolist() == [[0, -1, -1]] and nr.incident.tolist() == [0] and nr.calls.tolist() == [1]
-    # FedDRM's global head: client 2's rows sit at z = (5, 0, 0), the others at 0; a query at 5 from
-    # entry 0 goes straight to 2 although 0 and 2 share no edge.
-    fed = FedDRMReference(epochs=150, lr=0.1)
+    # The oracle's global head: client 2's rows sit at z = (5, 0, 0), the others at 0; a query at 5
+    # from entry 0 goes straight to 2 although 0 and 2 share no edge.
+    fed = OracleSourceRouter(epochs=150, lr=0.1)
+    assert fed.label == "oracle router on EdgeDRM experts" and "FedDRM" not in fed.label
     far = torch.zeros(20, 3)
     far[:, 0] = 5.0
     fed.fit([torch.zeros(20, 3), torch.zeros(20, 3) + 0.1, far])
     routes = fed.route(far[:1], entry, setup)
     assert routes.visited.tolist() == [[0, 2, -1]]
     assert routes.incident.tolist() == [2]
+    # The former name is a deprecated alias of the same class (old --routers configs still parse).
+    assert FedDRMReference is OracleSourceRouter
 
 
 def test_random_router_uses_budget_and_is_seeded() -> None:

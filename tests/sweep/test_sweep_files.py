@@ -42,11 +42,14 @@ def test_sweep_file_plans_and_every_stack_parses(sweep: Path, parser, tmp_path: 
 
 
 def test_the_table1_grid_has_the_papers_cells() -> None:
-    """8 clients x 2 partitions x 4 graphs x (EdgeDRM, DisPFL, FedSPD) + Local per partition, 3 seeds;
-    every EdgeDRM run refers with the Local, DisPFL and FedSPD runs of its own data and graph."""
+    """8 clients x 2 partitions x 4 graphs x (EdgeDRM, DisPFL, FedSPD) + Local and FedDRM per partition
+    (no graph), 3 seeds; every EdgeDRM run refers with the Local, DisPFL and FedSPD runs of its own data
+    and graph."""
     spec = yaml.safe_load((ROOT / "configs" / "sweeps" / "edgedrm_table1_cpu.yaml").read_text())
     runs = plan([], spec["seeds"], "out", spec["refer"], spec["refer_baselines"], spec["grids"])
-    assert spec["seeds"] == [2025, 2026, 2027] and len(runs) == 3 * (2 * 4 * 3 + 2)
+    assert spec["seeds"] == [2025, 2026, 2027] and len(runs) == 3 * (2 * 4 * 3 + 2 + 2)
+    feddrm = [r for r in runs if "-feddrm-" in r.name]
+    assert len(feddrm) == 3 * 2 and all(r.refer_baselines is None for r in feddrm)
     by_name = {r.name: r for r in runs}
     run = by_name["fmnist-dir03-edgedrm-cycle-seed2026"]
     assert [b.name for b in run.refer_baselines] == [
