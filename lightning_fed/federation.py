@@ -165,6 +165,7 @@ class Federation:
             steps=self.trainer.local_steps,
             lr_schedule=getattr(self.trainer, "lr_schedule", None),
             reset_optimizer_each_round=getattr(self.trainer, "reset_optimizer_each_round", False),
+            augment=getattr(self.data, "train_augment", None),
         )
         self.engine.set_mask(self.algorithm.parameter_mask())
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
@@ -207,11 +208,6 @@ class Federation:
         which replaces another declares the replaced one's (the Bayesian MLP: the MLP's).
         """
         return int(self.module.reference_parameters()) * 4
-
-    @property
-    def fedavg_message_bytes(self) -> int:
-        """Alias of :attr:`reference_message_bytes` (the name before the reference was declared)."""
-        return self.reference_message_bytes
 
     def fedavg_reference_bytes(self, rounds: int) -> int:
         """Bytes float32 FedAvg of the reference model sends in ``rounds`` rounds:

@@ -1,4 +1,4 @@
-"""FedSPD's local computations on stacked models: E-step, weighted SGD, per-cluster mixing, mixtures.
+"""FedSPD's local computations on stacked models: E-step, weighted gradients, per-cluster mixing, mixtures.
 
 All functions work on stacked parameters ``{name: [k, ...]}`` through
 :func:`~lightning_fed.engine.base.packed_logits` (the model's ``packed_forward`` or ``vmap`` over
@@ -20,10 +20,12 @@ from lightning_fed.models.base import CenterModule
 
 __all__ = [
     "cluster_average",
+    "draw_cluster_rows",
     "draw_rows",
     "gather_rows",
     "mixture",
     "soft_assignments",
+    "weighted_grads",
     "weighted_sgd_step",
 ]
 
@@ -96,6 +98,29 @@ def draw_rows(n: int, width: int, generator: torch.Generator) -> Tensor:
     return idx
 
 
+def draw_cluster_rows(assign: Tensor, clusters: int, width: int, generator: torch.Generator) -> Tensor:
+    """One batch per cluster of a client under hard assignments: cluster ``s`` draws
+    ``min(n_s, width)`` distinct rows among the ``n_s`` rows assigned to it, padded with ``-1``.
+
+    Args:
+        assign: The cluster of every row ``[n]`` (int64).
+        clusters: ``S``.
+        width: Batch width.
+        generator: The client's batch generator (one ``randperm`` per cluster, in cluster order).
+
+    Returns:
+        int64 ``[S, width]`` row indices into the client's rows (``-1``: padding; all ``-1`` for a
+        cluster without rows).
+    """
+    out = torch.full((clusters, width), -1, dtype=torch.int64)
+    for s in range(clusters):
+        mine = torch.nonzero(assign == s).reshape(-1)
+        if len(mine):
+            take = min(len(mine), int(width))
+            out[s, :take] = mine[torch.randperm(len(mine), generator=generator)[:take]]
+    return out
+
+
 def gather_rows(
     xs: Sequence[Tensor], ys: Sequence[Tensor], idx: Tensor, device: torch.device, dtype: torch.dtype
 ) -> tuple[Tensor, Tensor, Tensor]:
@@ -115,15 +140,15 @@ def gather_rows(
     return x, y, mask.to(device, dtype)
 
 
-def weighted_sgd_step(
-    module: CenterModule, params: dict[str, Tensor], x: Tensor, y: Tensor, weight: Tensor, lr: float
+def weighted_grads(
+    module: CenterModule, params: dict[str, Tensor], x: Tensor, y: Tensor, weight: Tensor
 ) -> tuple[dict[str, Tensor], Tensor]:
-    """One SGD step of every stacked model on its membership-weighted batch loss.
+    """Gradients of every stacked model's weighted batch loss.
 
     Model ``p`` minimizes ``L_p = sum_b w_pb l(theta_p; x_pb, y_pb) / sum_b w_pb`` (FedSPD's local update
-    of cluster ``s`` on the client's rows of that cluster, Sec. 3, with soft memberships as weights) and
-    steps ``theta_p <- theta_p - lr * grad L_p``. A model whose batch carries no weight
-    (``sum_b w_pb = 0``) does not move.
+    of cluster ``s`` on the client's rows of that cluster, Lin et al. 2025 Sec. 3; the weights are the
+    real-row mask under hard assignments, the memberships under soft ones). A model whose batch
+    carries no weight (``sum_b w_pb = 0``) gets a zero gradient.
 
     Args:
         module: Model template.
@@ -131,10 +156,9 @@ def weighted_sgd_step(
         x: Inputs ``[P, B, ...]``.
         y: Labels ``[P, B]``.
         weight: Row weights ``[P, B]`` (0 on padding).
-        lr: Step size.
 
     Returns:
-        The stepped parameters and the weighted losses ``L_p`` ``[P]`` (before the step).
+        ``(grads, loss)``: ``{name: [P, ...]}`` and the weighted losses ``L_p`` ``[P]``.
     """
     leaf = {n: t.detach().requires_grad_(True) for n, t in params.items()}
     with eval_mode(module):
@@ -143,8 +167,20 @@ def weighted_sgd_step(
     total = weight.sum(1)
     loss = (rows * weight).sum(1) / total.clamp_min(_EPS)
     grads = torch.autograd.grad(loss.sum(), list(leaf.values()))
-    out = {n: (t - lr * g).detach() for (n, t), g in zip(leaf.items(), grads, strict=True)}
-    return out, loss.detach()
+    return dict(zip(leaf, grads, strict=True)), loss.detach()
+
+
+def weighted_sgd_step(
+    module: CenterModule, params: dict[str, Tensor], x: Tensor, y: Tensor, weight: Tensor, lr: float
+) -> tuple[dict[str, Tensor], Tensor]:
+    """One plain SGD step ``theta_p <- theta_p - lr * grad L_p`` of :func:`weighted_grads`' loss (a
+    reference for the hand-computed tests; the algorithm steps with the model's own optimizer).
+
+    Returns:
+        The stepped parameters and the weighted losses ``L_p`` ``[P]`` (before the step).
+    """
+    grads, loss = weighted_grads(module, params, x, y, weight)
+    return {n: (t - lr * grads[n]).detach() for n, t in params.items()}, loss
 
 
 def cluster_average(
@@ -153,35 +189,41 @@ def cluster_average(
     received: dict[str, Tensor],
     received_weight: Tensor,
     dst: Tensor,
+    cluster: Tensor,
 ) -> dict[str, Tensor]:
-    """Per-cluster aggregation weighted by membership (FedSPD's neighbourhood averaging, Sec. 3).
+    """Per-cluster aggregation weighted by cluster sizes (FedSPD's neighbourhood averaging, Sec. 3).
 
-    ``theta_is <- (m_is theta_is + sum_{e: dst_e = i} m_es r_es) / (m_is + sum_{e: dst_e = i} m_es)``
-    where ``m_is`` is client ``i``'s total membership in cluster ``s`` and message ``e`` carries the
-    sender's cluster models ``r_e`` with its memberships ``m_e``. A cluster with zero total weight at a
-    client keeps the client's own model.
+    ``theta_is <- (m_is theta_is + sum_{e: dst_e = i, k_e = s} m_e r_e) / (m_is + sum_{e: ...} m_e)``
+    where ``m_is`` is client ``i``'s count (membership) of cluster ``s`` and message ``e`` carries one
+    cluster model ``r_e`` of its sender, that model's cluster ``k_e`` and the sender's count ``m_e`` of
+    it. A cluster with zero total weight at a client keeps the client's own model; one the client
+    has no rows of (``m_is = 0``) but its neighbours do becomes their weighted average.
 
     Args:
         own: Cluster models ``{name: [C, S, ...]}``.
         own_weight: ``m`` ``[C, S]``.
-        received: Received cluster models ``{name: [E, S, ...]}``.
-        received_weight: Received memberships ``[E, S]``.
-        dst: Receiver of every message ``[E]``.
+        received: Received cluster models ``{name: [M, ...]}``.
+        received_weight: Their senders' counts ``[M]``.
+        dst: Receiver of every message ``[M]``.
+        cluster: Cluster of every message ``[M]`` (int64).
     """
-    total = own_weight.to(torch.float64).clone()
-    if len(dst):
-        total.index_add_(0, dst.to(total.device), received_weight.to(total))
+    c, s = own_weight.shape
+    slot = (dst.to(torch.int64) * s + cluster.to(torch.int64)).cpu()
+    total = own_weight.to(torch.float64).reshape(-1).clone()
+    if len(slot):
+        total.index_add_(0, slot.to(total.device), received_weight.reshape(-1).to(total))
     ok = total > 0
     out = {}
     for name, theta in own.items():
         dev, dt = theta.device, theta.dtype
-        view = (*own_weight.shape, *([1] * (theta.dim() - 2)))
-        acc = theta.to(torch.float64) * own_weight.to(dev, torch.float64).view(view)
-        if len(dst):
-            w_e = received_weight.to(dev, torch.float64).view(*received_weight.shape, *view[2:])
-            acc = acc.index_add(0, dst.to(dev), received[name].to(dev, torch.float64) * w_e)
+        flat = theta.reshape(c * s, *theta.shape[2:]).to(torch.float64)
+        view = (c * s, *([1] * (theta.dim() - 2)))
+        acc = flat * own_weight.to(dev, torch.float64).reshape(view)
+        if len(slot):
+            w_e = received_weight.to(dev, torch.float64).reshape(-1, *view[1:])
+            acc = acc.index_add(0, slot.to(dev), received[name].to(dev, torch.float64) * w_e)
         mixed = acc / total.to(dev).clamp_min(_EPS).view(view)
-        out[name] = torch.where(ok.to(dev).view(view), mixed, theta.to(torch.float64)).to(dt)
+        out[name] = torch.where(ok.to(dev).view(view), mixed, flat).to(dt).reshape(theta.shape)
     return out
 
 

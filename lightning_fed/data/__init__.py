@@ -1,5 +1,6 @@
 """Data sources, partitioners and per-center data."""
 
+from lightning_fed.data.augment import Augment, RandomResizedCrop
 from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import CenterData, FederatedData, PooledTable, build_federation
 from lightning_fed.data.charlson import charlson_flags
@@ -18,6 +19,7 @@ __all__ = [
     "EICU",
     "IID",
     "ISIC2019",
+    "Augment",
     "BalancedSizes",
     "CenterData",
     "DataSource",
@@ -32,6 +34,7 @@ __all__ = [
     "Natural",
     "Partitioner",
     "PooledTable",
+    "RandomResizedCrop",
     "Shards",
     "SyntheticICU",
     "Tabular",

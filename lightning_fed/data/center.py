@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_fed.data.augment import Augment
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
@@ -136,6 +137,9 @@ class FederatedData:
         metadata_names: What each entry of the descriptors ``v_i`` is (empty: unnamed, shown as
             ``v0, v1, ...``), e.g. ``positive_rate, log_n_train, mean_year_2030, <Charlson flags>``
             for tables and ``share_class_0, ...`` for image federations.
+        train_augment: A random transform every engine applies to each training batch
+            (:mod:`lightning_fed.data.augment`, e.g. the image sources' ``augment``), drawn per model
+            from ``(seed, "augment", round, model)``; None (the default): batches as stored.
     """
 
     centers: tuple[CenterData, ...]
@@ -143,6 +147,7 @@ class FederatedData:
     dropped_centers: tuple[str, ...] = ()
     num_classes: int = 2
     metadata_names: tuple[str, ...] = ()
+    train_augment: Augment | None = None
 
     def __post_init__(self) -> None:
         if not self.centers:
@@ -381,4 +386,5 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
         dropped_centers=data.dropped_centers,
         num_classes=data.num_classes,
         metadata_names=data.metadata_names,
+        train_augment=data.train_augment,
     )

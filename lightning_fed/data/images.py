@@ -12,6 +12,12 @@ Each :class:`~lightning_fed.data.center.CenterData` then holds float32 images ``
 class ids ``0., ..., K-1`` as labels, ``metadata`` = the normalized class histogram ``[K]`` (float64) of
 its train split, and ``attributes = {"transform": ..., "classes": ...}``. ``feature_names`` are the channel
 names, so ``num_features`` is the number of channels, and ``num_classes = K``.
+
+``augment`` (e.g. :class:`~lightning_fed.data.augment.RandomResizedCrop`, chosen by ``class_path``; off
+by default) is a train-time augmentation: the stored images stay as built, and the federation carries
+it as :attr:`FederatedData.train_augment <lightning_fed.data.center.FederatedData.train_augment>`, which
+every engine applies to each training batch with draws from the run seed
+(:mod:`lightning_fed.data.augment`). Validation and test images are never augmented.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_fed.data.augment import Augment, check_image_size
 from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import CenterData, FederatedData
 from lightning_fed.data.images_io import missing_fashion_files, read_cifar, read_fashion_mnist
@@ -122,6 +129,9 @@ class ImageSource(DataSource):
             ``i mod 8``, or ``i mod 32`` with more than eight clients).
         max_per_client: Keep at most this many images per client (seeded; for CPU runs), or None.
         seed: Fixes the data (partition, subsample, splits) while training seeds vary; None = run seed.
+        augment: Train-time augmentation of every training batch (the GPU CIFAR configs: a
+            :class:`~lightning_fed.data.augment.RandomResizedCrop` to 32x32, scale 0.9-1.0, App. D.1);
+            None = off. Its output size must equal the images' size.
     """
 
     channel_names: tuple[str, ...] = GREY
@@ -135,6 +145,7 @@ class ImageSource(DataSource):
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
+        augment: Augment | None = None,
     ) -> None:
         self.num_clients = check_int("data.num_clients", num_clients, 1)
         if partition is not None and not callable(getattr(partition, "assign", None)):
@@ -143,6 +154,12 @@ class ImageSource(DataSource):
             )
         self.partition = partition if partition is not None else Shards()
         self.transforms, self.max_per_client, self.seed = image_options(transforms, max_per_client, seed)
+        if augment is not None and not isinstance(augment, Augment):
+            raise ValueError(
+                f"data.augment must be an augmentation (lightning_fed.data.augment.RandomResizedCrop) or "
+                f"null, got {augment!r}"
+            )
+        self.augment = augment
 
     @abstractmethod
     def pooled(self) -> tuple[np.ndarray, np.ndarray, int]:
@@ -159,6 +176,7 @@ class ImageSource(DataSource):
         """
         seed = int(self.seed if self.seed is not None else seed)
         images, labels, num_classes = self.pooled()
+        check_image_size(self.augment, images.shape)
         groups = self.partition.assign(labels, self.num_clients, num_classes, seed)
         colours = client_transforms(len(self.channel_names), self.num_clients) if self.transforms else None
         centers = []
@@ -187,6 +205,7 @@ class ImageSource(DataSource):
             feature_names=self.channel_names,
             num_classes=num_classes,
             metadata_names=tuple(f"share_class_{k}" for k in range(num_classes)),
+            train_augment=self.augment,
         )
 
 
@@ -217,7 +236,7 @@ class FashionMNIST(ImageSource):
 
     Args:
         root: Folder of ``train-/t10k-images-idx3-ubyte.gz`` and ``-labels-idx1-ubyte.gz``.
-        num_clients, partition, transforms, max_per_client, seed: As :class:`ImageSource`.
+        num_clients, partition, transforms, max_per_client, seed, augment: As :class:`ImageSource`.
     """
 
     channel_names = GREY
@@ -232,8 +251,9 @@ class FashionMNIST(ImageSource):
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
+        augment: Augment | None = None,
     ) -> None:
-        super().__init__(num_clients, partition, transforms, max_per_client, seed)
+        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment)
         missing = missing_fashion_files(root)
         if missing:
             raise ValueError(
@@ -256,7 +276,7 @@ class CIFAR(ImageSource):
     Args:
         root: Folder holding ``cifar-10-batches-py/`` or ``cifar-100-python/``.
         variant: 10, 20 or 100.
-        num_clients, partition, transforms, max_per_client, seed: As :class:`ImageSource`.
+        num_clients, partition, transforms, max_per_client, seed, augment: As :class:`ImageSource`.
     """
 
     channel_names = RGB
@@ -270,8 +290,9 @@ class CIFAR(ImageSource):
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
+        augment: Augment | None = None,
     ) -> None:
-        super().__init__(num_clients, partition, transforms, max_per_client, seed)
+        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment)
         if isinstance(variant, bool) or variant not in (10, 20, 100):
             raise ValueError(f"data.variant must be 10, 20 or 100, got {variant!r}")
         folder = "cifar-10-batches-py" if variant == 10 else "cifar-100-python"

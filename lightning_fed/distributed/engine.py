@@ -78,6 +78,7 @@ class ShardedEngine(Engine):
             center_ids=range(lo, hi),
             lr_schedule=self.lr_schedule,
             reset_optimizer_each_round=self.reset_optimizer_each_round,
+            augment=self.augment,
         )
         local = self.inner.get_params()
         self.names = list(local)

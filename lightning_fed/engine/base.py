@@ -21,7 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -29,6 +29,9 @@ from torch import Tensor
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule, RowStreams
+
+if TYPE_CHECKING:
+    from lightning_fed.data.augment import Augment
 
 __all__ = ["Engine", "ForwardFeatures", "TrainSet", "check_mask", "packed_features", "packed_logits"]
 
@@ -47,6 +50,8 @@ class Engine(ABC):
     num_models: int
     #: The parameter mask last passed to :meth:`set_mask` (None: dense); saved in :meth:`state_dict`.
     mask: dict[str, Tensor] | None = None
+    #: Train-time batch augmentation (:mod:`lightning_fed.data.augment`); None: batches as stored.
+    augment: Augment | None = None
 
     def setup(
         self,
@@ -64,6 +69,7 @@ class Engine(ABC):
         center_ids: Sequence[int] | None = None,
         lr_schedule: LRSchedule | None = None,
         reset_optimizer_each_round: bool = False,
+        augment: Augment | None = None,
     ) -> None:
         """Copy ``module``'s (already initialized) parameters to every model and index the data.
 
@@ -85,6 +91,10 @@ class Engine(ABC):
             lr_schedule: The round's learning-rate factor (``trainer.lr_schedule``); None: constant.
             reset_optimizer_each_round: Start every round from a fresh optimizer state
                 (``trainer.reset_optimizer_each_round``).
+            augment: Applied to every training batch ``[..., C, H, W]`` before the forward pass, with
+                model ``c``'s draws of round ``r`` from ``(seed, "augment", r, c)``
+                (:meth:`Augment.round_draws <lightning_fed.data.augment.Augment.round_draws>`; the
+                federation passes ``data.train_augment``); None: batches as stored.
         """
         ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
         if len(ids) != len(train):
@@ -101,6 +111,10 @@ class Engine(ABC):
         self.local_term = local_term
         self.lr_schedule: LRSchedule = Constant() if lr_schedule is None else lr_schedule
         self.reset_optimizer_each_round = bool(reset_optimizer_each_round)
+        if augment is not None and any(x.dim() != 4 for x, _ in train):
+            shapes = sorted({tuple(x.shape[1:]) for x, _ in train})
+            raise ValueError(f"data: train-time augmentation needs image rows [n, C, H, W], got {shapes}")
+        self.augment = augment
         self.device, self.autocast = torch.device(device), autocast
         self.num_models = len(train)
         self._build(train, dtype)

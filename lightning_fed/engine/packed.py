@@ -10,14 +10,15 @@ exactly the one it would get alone. Each active center steps its own functional 
 :mod:`lightning_fed.engine.schedule`, shared with the sequential engine.
 
 Every random draw of a center is keyed by its center id: its batch order by ``(seed, "batches",
-round, center)`` and its dropout masks by its own stream ``(seed, "dropout", round, center)``
-(:class:`CenterStreams`), consumed in step order. So a center trains to the same bits whichever
-centers it is packed with: an engine over a shard of the centers (``center_ids``, one shard per
-process under DDP, :mod:`lightning_fed.distributed`) reproduces those centers of the whole-federation
-engine exactly. The engine learns from its first step how many words a step draws; from then on a
-round's words are drawn up front (:meth:`CenterStreams.prefetch`: one ``randint`` per center and step,
-the centers' generators running in parallel on the intra-op thread count), the same words the lazy
-per-step draws would give.
+round, center)``, its dropout masks by its own stream ``(seed, "dropout", round, center)``
+(:class:`CenterStreams`), consumed in step order, and its train-time augmentation, if any
+(:mod:`lightning_fed.data.augment`), by ``(seed, "augment", round, center)``. So a center trains to
+the same bits whichever centers it is packed with: an engine over a shard of the centers
+(``center_ids``, one shard per process under DDP, :mod:`lightning_fed.distributed`) reproduces those
+centers of the whole-federation engine exactly. The engine learns from its first step how many words
+a step draws; from then on a round's words are drawn up front (:meth:`CenterStreams.prefetch`: one
+``randint`` per center and step, the centers' generators running in parallel on the intra-op thread
+count), the same words the lazy per-step draws would give.
 
 Where the time goes (measured with a per-op CPU-time profile on 2 cores, ``benchmarks/engine.py``
 times it against the machine's FLOP floor): the batched matmuls are about half a round, the
@@ -295,6 +296,16 @@ class PackedEngine(Engine):
         rows = blocks.index_select(0, self._to_step_major).to(self.device)
         return rows, (rows != self.pad_row).to(self.x.dtype)
 
+    def _augment_draws(self, round_idx: int) -> Tensor:
+        """Every batch slot's augmentation draws ``[sum_s k_s, B, D]``, step-major like :meth:`_round_rows`:
+        center ``c`` draws its whole round ``[steps, B, D]`` from its own ``(seed, "augment", round, c)``."""
+        ids = self.center_ids[self.order].tolist()
+        per_center = [
+            self.augment.round_draws(self.seed, round_idx, c, n, self.batch_size)
+            for c, n in zip(ids, self._steps_list, strict=True)
+        ]
+        return torch.cat(per_center).index_select(0, self._to_step_major).to(self.device)
+
     def _gather(self, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Inputs ``[k, B, F]`` and labels ``[k, B]`` of the rows ``[k, B]``, in reused buffers."""
         n = rows.numel()
@@ -316,6 +327,7 @@ class PackedEngine(Engine):
         if self.reset_optimizer_each_round:
             self.optimizer.reset_state(self.opt_state)
         rows, masks = self._round_rows(round_idx)
+        draws = self._augment_draws(round_idx) if self.augment is not None else None
         before = self._snapshot()
         self.module.train()
         gen = CenterStreams(self.seed, round_idx, self.center_ids[self.order].tolist(), self.device)
@@ -331,6 +343,8 @@ class PackedEngine(Engine):
             for s, k in enumerate(self.active):
                 lo = self.step_start[s]
                 xb, yb = self._gather(rows[lo : lo + k])
+                if draws is not None:
+                    xb = self.augment(xb, draws[lo : lo + k])
                 mask = masks[lo : lo + k]
                 if self.fast_path:
                     grad = self.grad[:k]

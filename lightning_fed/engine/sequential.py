@@ -1,9 +1,10 @@
 """The sequential reference engine: a plain loop over centers with ``torch.optim``.
 
 Each center owns a copy of the module and the optimizer its ``configure_optimizers`` returns, and
-trains on the batches of :mod:`lightning_fed.engine.schedule`. It is the reference the packed engine
-is tested against, and the fallback for models that cannot be packed (custom optimizers, layers that
-``vmap`` does not support).
+trains on the batches of :mod:`lightning_fed.engine.schedule` (augmented, if the data asks for it,
+with the same draws as in the packed engine: :mod:`lightning_fed.data.augment`). It is the reference
+the packed engine is tested against, and the fallback for models that cannot be packed (custom
+optimizers, layers that ``vmap`` does not support).
 
 With a parameter mask (:meth:`SequentialEngine.set_mask`, DisPFL) each center's ``p.grad`` is zeroed
 outside its mask before ``opt.step()``, and parameters and optimizer state outside it are zeroed when
@@ -67,12 +68,18 @@ class SequentialEngine(Engine):
                 len(y), self.batch_size, self.epochs, self.seed, round_idx, center, self.local_steps
             )
             start = {n: p.detach().clone().unsqueeze(0) for n, p in model.named_parameters()}
+            draws = None
+            if self.augment is not None:
+                draws = self.augment.round_draws(self.seed, round_idx, center, len(batches), batches.shape[1])
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
                 torch.manual_seed(derive_seed(self.seed, "dropout-sequential", round_idx, center))
-                for b in batches:
+                for t, b in enumerate(batches):
                     rows = b[b >= 0].to(self.device)
+                    xb = x[rows]
+                    if draws is not None:  # slot j of batch t uses draws[t, j], as in the packed engine
+                        xb = self.augment(xb, draws[t][b >= 0])
                     opt.zero_grad(set_to_none=True)
-                    loss = self._loss(model, c, x[rows], y[rows], start)
+                    loss = self._loss(model, c, xb, y[rows], start)
                     if not bool(torch.isfinite(loss)):
                         model.load_state_dict(before[0])
                         opt.load_state_dict(before[1])

@@ -1,4 +1,5 @@
-"""FedSPD: E-step, weighted M-step and per-cluster membership-weighted averaging by hand; end to end."""
+"""FedSPD: hard/soft E-step, the M-step with the model's optimizer, per-cluster count-weighted averaging
+of only the clusters with data, by hand; end to end."""
 
 from __future__ import annotations
 
@@ -55,6 +56,11 @@ class Logits(CenterModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class _AdamLogits(Logits):
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=0.1)
 
 
 class _NoEngine:
@@ -122,7 +128,9 @@ def test_cluster_average_weights_each_cluster_by_membership_on_a_path() -> None:
     client 1 (20 + 10 + 0*30)/2 = 15, client 2 (0*30 + 1*20)/1 = 20. Messages cross 4 directed edges,
     each S (|W| + 1) float32 = 2 * (2 + 1) * 4 = 24 bytes. With client 2 unavailable only 0-1 talks:
     client 1 cluster 0 (4 + 3)/4 = 1.75, cluster 1 (20 + 10)/2 = 15; client 2 keeps (7, 30), including
-    its cluster 1 of zero weight."""
+    its cluster 1 of zero weight. Only clusters with data travel: clients 0 and 1 send both clusters,
+    client 2 only cluster 0, so the 4 directed edges carry 2 + 2 + 2 + 1 = 7 messages of |W| + 1 = 3
+    float32 (12 bytes), 84 bytes; without client 2 the 2 edges carry 4 messages, 48 bytes."""
     algo = FedSPD(topology=Path(), num_clusters=2)
     algo.setup(_data([[0], [1], [0]]), Logits(), seed=0)
     theta = torch.tensor([[1.0, 10.0], [4.0, 20.0], [7.0, 30.0]])
@@ -133,17 +141,21 @@ def test_cluster_average_weights_each_cluster_by_membership_on_a_path() -> None:
     torch.testing.assert_close(
         algo.clusters["b"][..., 0], torch.tensor([[1.75, 15.0], [3.5, 15.0], [6.0, 20.0]])
     )
-    assert wire.ledger.total() == 4 * 24 and algo.round_stats()["mean_neighbours"] == pytest.approx(4 / 3)
+    assert wire.ledger.total() == 7 * 12 and algo.round_stats()["mean_neighbours"] == pytest.approx(4 / 3)
+    assert algo.round_stats()["sent_cluster_models"] == 7
     algo.clusters = {"b": theta.unsqueeze(2).repeat(1, 1, 2)}
     faulty = Wire(faults=FaultInjection(unavailable={0: [2]}))
     algo.exchange(weight, faulty, 0)
     torch.testing.assert_close(
         algo.clusters["b"][..., 0], torch.tensor([[1.75, 15.0], [1.75, 15.0], [7.0, 30.0]])
     )
-    assert faulty.ledger.total() == 2 * 24
-    # The bare function agrees, and a message without weight changes nothing.
-    out = cluster_average({"t": theta}, weight, {"t": theta[:1]}, torch.zeros(1, 2), torch.tensor([2]))
-    torch.testing.assert_close(out["t"], theta)
+    assert faulty.ledger.total() == 4 * 12
+    # The bare function: a message without weight changes nothing.
+    own = {"t": theta.unsqueeze(2)}
+    out = cluster_average(
+        own, weight, {"t": theta[:1, :1]}, torch.zeros(1), torch.tensor([2]), torch.tensor([1])
+    )
+    torch.testing.assert_close(out["t"], own["t"])
 
 
 def test_aggregate_returns_membership_mixtures_and_books_the_bytes() -> None:
@@ -151,8 +163,9 @@ def test_aggregate_returns_membership_mixtures_and_books_the_bytes() -> None:
     averaging keeps them. Rows with label 0 have gamma_1 = sigmoid(2) / (1/2 + sigmoid(2)) = g0, label 1
     gamma_1 = sigmoid(-2) / (1/2 + sigmoid(-2)) = g1. Client 0 (labels 0, 0): pi_1 = g0; client 1
     (0, 1): (g0 + g1)/2; client 2 (1, 1): g1. Mixture b = pi_1 (2, 0). A corrupt sender (NaN) is
-    rejected by both its receivers and its neighbour's clusters stay as they were."""
-    algo = FedSPD(topology=Path(), num_clusters=2, local_steps=0, temperature=1.0)
+    rejected by both its receivers and its neighbour's clusters stay as they were (soft assignments:
+    every cluster has membership, so all S travel on each of the 4 directed edges)."""
+    algo = FedSPD(topology=Path(), num_clusters=2, local_steps=0, assignment="soft", temperature=1.0)
     algo.setup(_data([[0, 0], [0, 1], [1, 1]]), Logits(), seed=0)
     algo.clusters = {"b": torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1)}
     wire = Wire()
@@ -170,7 +183,7 @@ def test_aggregate_returns_membership_mixtures_and_books_the_bytes() -> None:
     before = algo.clusters["b"].clone()
     algo.train_round(_NoEngine(), 1)
     algo.aggregate(CTX, {"b": torch.zeros(3, 2)}, bad)
-    assert bad.rejected_in(0) == 2 and torch.equal(algo.clusters["b"], before)
+    assert bad.rejected_in(0) == 2 * 2 and torch.equal(algo.clusters["b"], before)
 
 
 def test_init_is_shared_across_clients_and_seeded_and_bad_config_is_named() -> None:
@@ -197,15 +210,19 @@ def test_init_is_shared_across_clients_and_seeded_and_bad_config_is_named() -> N
         ({"temperature": -0.5}, "algorithm.temperature"),
         ({"lr": -1.0}, "algorithm.lr"),
         ({"local_steps": -1}, "algorithm.local_steps"),
+        ({"assignment": "medoid"}, "algorithm.assignment"),
+        ({"temperature": 0.0}, "algorithm.temperature"),
+        ({"init_noise": -1e-3}, "algorithm.init_noise"),
     ):
         with pytest.raises(ValueError, match=key):
             FedSPD(**kwargs)
 
 
 def test_two_rounds_on_digits_then_final_personalization() -> None:
-    """End to end on 4 Digits clients (RR-2 = a 4-cycle, 8 directed edges): each round books
-    8 messages of S (|W| + 1) float32; finish() moves every client's mixture by 2 SGD steps; a rerun
-    with the same seed reproduces the numbers."""
+    """End to end on 4 Digits clients (RR-2 = a 4-cycle, 8 directed edges): each round books one
+    message of |W| + 1 float32 per (edge, cluster with data at the sender), between 8 and 8 S;
+    finish() moves every client's mixture by 2 optimizer steps; a rerun with the same seed reproduces
+    the numbers."""
 
     def run() -> tuple[dict, Federation]:
         data = Digits(num_clients=4, transforms=False, max_per_client=40).build(0)
@@ -220,7 +237,8 @@ def test_two_rounds_on_digits_then_final_personalization() -> None:
     # loss is the clients' membership-weighted M-step loss.
     losses = fed.last_result.train_loss
     assert losses.shape == (4,) and torch.isfinite(losses).all()
-    assert summary["total_bytes"] == 2 * 8 * 2 * (w + 1) * 4
+    per = (w + 1) * 4
+    assert summary["total_bytes"] % per == 0 and 2 * 8 <= summary["total_bytes"] // per <= 2 * 8 * 2
     assert summary["rounds"] == 2 and math.isfinite(summary["test_accuracy_mean"])
     again, _ = run()
     assert again["test_auroc_mean"] == summary["test_auroc_mean"]
@@ -235,17 +253,19 @@ def test_two_rounds_on_digits_then_final_personalization() -> None:
 
 
 def test_diverged_cluster_models_are_rolled_back() -> None:
-    """lr = 1e39 exceeds the float32 range: the first step sends every bias to +-inf (every gradient
-    entry is nonzero), the next step's loss is NaN; all 3 x 2 cluster models return to their values
-    before the M-step and the round counts them."""
-    algo = FedSPD(topology=Path(), num_clusters=2, local_steps=3, lr=1e39, temperature=1.0)
-    algo.setup(_data([[0, 1], [1, 0], [0, 1]]), Logits(), seed=0)
+    """lr = 1e39 exceeds the float32 range: the model's Adam turns its step size lr / (1 - beta1) into
+    inf, so the first step sends every bias to +-inf (every gradient entry is nonzero); all 3 x 2
+    cluster models return to their values before the M-step, with a fresh optimizer state, and the
+    round counts them."""
+    algo = FedSPD(topology=Path(), num_clusters=2, local_steps=3, lr=1e39, assignment="soft", temperature=1.0)
+    algo.setup(_data([[0, 1], [1, 0], [0, 1]]), _AdamLogits(), seed=0)
     algo.clusters = {"b": torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1)}
     before = algo.clusters["b"].clone()
     gamma = algo.memberships()
     algo.m_step(gamma, 0)
     assert algo.round_stats()["diverged_cluster_models"] == 6
     assert torch.equal(algo.clusters["b"], before)
+    assert all(bool((t == 0).all()) for t in algo.opt_state.values())
 
 
 def test_the_m_step_follows_the_rounds_learning_rate_factor() -> None:
@@ -254,7 +274,9 @@ def test_the_m_step_follows_the_rounds_learning_rate_factor() -> None:
     every cluster model where it was (no weight decay in the M-step)."""
 
     def step(lr: float, factor: float) -> torch.Tensor:
-        algo = FedSPD(topology=Path(), num_clusters=2, local_steps=2, lr=lr, temperature=1.0)
+        algo = FedSPD(
+            topology=Path(), num_clusters=2, local_steps=2, lr=lr, assignment="soft", temperature=1.0
+        )
         algo.setup(_data([[0, 1], [1, 0], [0, 1]]), Logits(), seed=0)
         algo.clusters = {"b": torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1)}
         algo.m_step(algo.memberships(), 0, factor)
@@ -263,3 +285,67 @@ def test_the_m_step_follows_the_rounds_learning_rate_factor() -> None:
     assert torch.equal(step(0.2, 0.5), step(0.1, 1.0))
     assert not torch.equal(step(0.2, 1.0), step(0.1, 1.0))
     assert torch.equal(step(0.2, 0.0), torch.tensor([[0.0, 0.0], [2.0, 0.0]]).repeat(3, 1, 1))
+
+
+def test_hard_assignment_and_per_cluster_aggregation_on_two_clients() -> None:
+    """Two clients on an edge, S = 2, local_steps = 0, logits models set by hand:
+    client 0: b_00 = (0, 0), b_01 = (2, 0), labels (0, 0, 1); client 1: b_10 = (0, 1), b_11 = (3, 0),
+    labels (1, 1).
+
+    Hard E-step (argmin loss, l(b; y) = logsumexp(b) - b_y): client 0, label 0: l(b_00) = log 2 = 0.69,
+    l(b_01) = log(1 + e^-2) = 0.13 -> cluster 1; label 1: log 2 vs 2 + log(1 + e^-2) = 2.13 -> cluster 0.
+    Client 1, label 1: l(b_10) = log(1 + e^-1) = 0.31, l(b_11) = 3.05 -> cluster 0 (both rows). Counts
+    m_0 = (1, 2), m_1 = (2, 0); pi_0 = (1/3, 2/3), pi_1 = (1, 0).
+
+    Exchange: client 0 sends clusters 0 and 1, client 1 only cluster 0 (it has no rows of cluster 1):
+    3 messages of |W| + 1 = 3 float32, 36 bytes. Cluster 0 at both: (1 (0, 0) + 2 (0, 1)) / 3 =
+    (0, 2/3). Cluster 1 at client 0: (2 (2, 0) + nothing) / 2 = (2, 0); at client 1 (own weight 0):
+    the received (2, 0). Mixtures: client 0 (0, 2/3) / 3 + 2/3 (2, 0) = (4/3, 2/9); client 1 (0, 2/3)."""
+    algo = FedSPD(topology=Path(), num_clusters=2, local_steps=0)
+    algo.setup(_data([[0, 0, 1], [1, 1]]), Logits(), seed=0)
+    algo.clusters = {"b": torch.tensor([[[0.0, 0.0], [2.0, 0.0]], [[0.0, 1.0], [3.0, 0.0]]])}
+    gamma = algo.memberships()
+    assert gamma[0].tolist() == [[0, 1], [0, 1], [1, 0]] and gamma[1].tolist() == [[1, 0], [1, 0]]
+    wire = Wire()
+    algo.train_round(_NoEngine(), 0)
+    out = algo.aggregate(CTX, {"b": torch.zeros(2, 2)}, wire)
+    assert wire.ledger.total() == 3 * 3 * 4 and algo.round_stats()["sent_cluster_models"] == 3
+    torch.testing.assert_close(
+        algo.clusters["b"], torch.tensor([[[0.0, 2 / 3], [2.0, 0.0]], [[0.0, 2 / 3], [2.0, 0.0]]])
+    )
+    torch.testing.assert_close(algo.share, torch.tensor([[1 / 3, 2 / 3], [1.0, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(out["b"], torch.tensor([[4 / 3, 2 / 9], [0.0, 2 / 3]]))
+
+
+class _ResetEngine(_NoEngine):
+    reset_optimizer_each_round = True
+
+
+def test_the_m_step_uses_the_models_optimizer_and_trains_only_clusters_with_data() -> None:
+    """Both clients hold labels (0, 0) and identical cluster models b = (0, 0) (init_noise 0): every row
+    ties and goes to cluster 0, so only the two cluster-0 models train. The model's optimizer is Adam
+    (lr 0.1): its first step moves each coordinate by lr * g / |g| (bias-corrected, eps 1e-8), so with
+    g = softmax(b) - e_0 = (-1/2, 1/2) b = (0.1, -0.1), where plain SGD would give (0.05, -0.05).
+    Cluster 1 keeps (0, 0), a zero step count and zero moments. The state persists into the next
+    round (step count 2) unless trainer.reset_optimizer_each_round (1)."""
+
+    def fresh() -> FedSPD:
+        algo = FedSPD(topology=Path(), num_clusters=2, local_steps=1, init_noise=0.0)
+        algo.setup(_data([[0, 0], [0, 0]]), _AdamLogits(), seed=0)
+        return algo
+
+    algo = fresh()
+    assert algo.base_lr == pytest.approx(0.1)
+    algo.train_round(_NoEngine(), 0)
+    torch.testing.assert_close(algo.clusters["b"][:, 0], torch.tensor([[0.1, -0.1]] * 2))
+    assert torch.equal(algo.clusters["b"][:, 1], torch.zeros(2, 2))
+    assert algo.opt_state["step"].tolist() == [1, 0, 1, 0]
+    moments = algo.opt_state["exp_avg_sq.b"]
+    assert bool((moments[0] > 0).all()) and torch.equal(moments[1], torch.zeros(2))
+    assert algo.round_stats()["trained_cluster_models"] == 2
+    algo.train_round(_NoEngine(), 1)
+    assert algo.opt_state["step"].tolist() == [2, 0, 2, 0]
+    reset = fresh()
+    reset.train_round(_ResetEngine(), 0)
+    reset.train_round(_ResetEngine(), 1)
+    assert reset.opt_state["step"].tolist() == [1, 0, 1, 0]
