@@ -77,7 +77,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
         columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
-        ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition).
+        ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition);
+        with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout).
 
     Raises:
         ValueError: If ``root`` holds no run directory, or ``reference`` is not among its methods.
@@ -119,6 +120,13 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             written["edgedrm_settings.md"] = write_text(
                 out / "edgedrm_settings.md", et.edgedrm_settings_markdown(table)
             )
+            from lightning_fed.reporting.lambda_table import lambda_markdown, lambda_rows, lambda_table
+
+            sweep = lambda_rows(root)
+            if sweep.height and sweep["lam"].n_unique() > 1:
+                written["lambda_table.md"] = write_text(
+                    out / "lambda_table.md", lambda_markdown(lambda_table(sweep))
+                )
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")
             written["referral_tiers.png"] = out / "referral_tiers.png"

@@ -43,6 +43,7 @@ import yaml
 
 __all__ = [
     "FEDDRM_KEY",
+    "PRIMARY_LAMBDA",
     "REFERENCE_GROUP",
     "REFERENCE_METHODS",
     "edgedrm_margins",
@@ -51,6 +52,7 @@ __all__ = [
     "edgedrm_rows",
     "edgedrm_settings_markdown",
     "edgedrm_table",
+    "run_lambda",
     "run_setting",
 ]
 
@@ -143,6 +145,18 @@ def _feddrm_row(run: Path) -> dict[str, Any] | None:
     return {"run": run.name, **setting, "method": "FedDRM", "accuracy": 100.0 * float(value)}
 
 
+#: EdgeDRM's primary task weight (Sec. 5: lambda = 0.9); the Table 5 sweep varies it.
+PRIMARY_LAMBDA = 0.9
+
+
+def run_lambda(config: dict[str, Any]) -> float:
+    """The run's EdgeDRM task weight ``algorithm.init_args.lam`` (the primary 0.9 when not given)."""
+    args = (
+        ((config.get("algorithm", {}) or {}).get("init_args", {}) or {}) if isinstance(config, dict) else {}
+    )
+    return float(args.get("lam", PRIMARY_LAMBDA))
+
+
 def edgedrm_rows(root: Path) -> pl.DataFrame:
     """One row per (run, method): setting columns and ``accuracy`` (%), from every referral run and
     every FedDRM run (module docstring)."""
@@ -151,11 +165,18 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
         run = path.parent
         if not (run / "summary.json").is_file() or not (run / "config.yaml").is_file():
             continue
-        setting = run_setting(yaml.safe_load((run / "config.yaml").read_text()) or {})
+        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+        setting = run_setting(config)
+        lam = run_lambda(config)
+        # A run off the paper's primary lambda (0.9) is its own method, never pooled with it (the
+        # Table 5 sweep: lambda_table.md).
+        suffix = "" if lam == PRIMARY_LAMBDA else f" (lambda {lam:g})"
         for r in pl.read_csv(path).iter_rows(named=True):
             method = _method(str(r["router"]), str(r["prediction_rule"]))
             if method is not None:
-                rows.append({"run": run.name, **setting, "method": method, "accuracy": 100.0 * r["accuracy"]})
+                rows.append(
+                    {"run": run.name, **setting, "method": method + suffix, "accuracy": 100.0 * r["accuracy"]}
+                )
     for path in sorted(Path(root).rglob("summary.json")):
         row = _feddrm_row(path.parent)
         if row is not None:

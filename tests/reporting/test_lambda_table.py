@@ -1,0 +1,85 @@
+"""The lambda sweep in Table 5's layout, and lambda runs kept apart in the Table 1 layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from lightning_fed.reporting.edgedrm_tables import edgedrm_rows, edgedrm_table
+from lightning_fed.reporting.lambda_table import lambda_markdown, lambda_rows, lambda_table
+
+CONFIG = """seed: {seed}
+data:
+  class_path: lightning_fed.data.FashionMNIST
+  init_args:
+    num_clients: 8
+    partition: {{class_path: lightning_fed.data.DirichletLabels, init_args: {{alpha: 0.3}}}}
+algorithm:
+  class_path: lightning_fed.algorithms.EdgeDRM
+  init_args:
+    topology: {{class_path: lightning_fed.graphs.EdgeList, init_args: {{name: RR4, edges: [[0, 1]]}}}}
+    lam: {lam}
+"""
+
+
+def _row(router: str, rule: str, accuracy: float, calls: float) -> dict:
+    return {"router": router, "prediction_rule": rule, "accuracy": accuracy, "calls_per_query": calls}
+
+
+def _run(root: Path, lam: float, seed: int, edgedrm: float, nr: float, calls: float) -> None:
+    run = root / f"lam{int(lam * 100):03d}-seed{seed}"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({}))
+    (run / "config.yaml").write_text(CONFIG.format(seed=seed, lam=lam))
+    rows = [
+        {
+            "router": "EdgeDRM",
+            "prediction_rule": "weighted history",
+            "accuracy": edgedrm,
+            "calls_per_query": calls,
+        },
+        {"router": "EdgeDRM", "prediction_rule": "hard terminal", "accuracy": 0.0, "calls_per_query": 9.0},
+        {
+            "router": "EdgeDRM-NR",
+            "prediction_rule": "weighted history",
+            "accuracy": nr,
+            "calls_per_query": 1.0,
+        },
+    ]
+    pl.DataFrame(rows).write_csv(run / "referral.csv")
+
+
+def test_table_5_means_sds_and_the_paired_gain(tmp_path: Path) -> None:
+    """Two lambdas x two seeds. lambda 0.1: EdgeDRM 50, 54 (mean 52, SD 2.83), NR 30, 40 (mean 35);
+    the gain is per run, 20 and 14: mean 17, SD sqrt(((20-17)^2 + (14-17)^2) / 1) = 4.24, which is not
+    the difference of the two SDs."""
+    _run(tmp_path, 0.1, 2025, 0.50, 0.30, 2.2)
+    _run(tmp_path, 0.1, 2026, 0.54, 0.40, 2.0)
+    _run(tmp_path, 0.9, 2025, 0.50, 0.25, 2.1)
+    _run(tmp_path, 0.9, 2026, 0.50, 0.25, 2.1)
+    rows = lambda_rows(tmp_path)
+    assert rows.height == 4 and sorted(set(rows["lam"])) == [0.1, 0.9]
+    table = lambda_table(rows)
+    low = table.filter(pl.col("lam") == 0.1).row(0, named=True)
+    assert low["edgedrm_mean"] == pytest.approx(52.0) and low["edgedrm_sd"] == pytest.approx(8**0.5)
+    assert low["nr_mean"] == pytest.approx(35.0) and low["gain_mean"] == pytest.approx(17.0)
+    assert low["gain_sd"] == pytest.approx(18**0.5) and low["calls_mean"] == pytest.approx(2.1)
+    assert low["seeds"] == 2
+    md = lambda_markdown(table)
+    assert "| 0.10 | 52.00 ± 2.83 | 35.00 ± 7.07 | 17.00 ± 4.24 | 2.10 ± 0.14 | 2 |" in md
+    assert md.index("| 0.10 |") < md.index("| 0.90 |")
+    assert lambda_markdown(lambda_table(lambda_rows(tmp_path / "none"))) == ""
+
+
+def test_runs_off_the_primary_lambda_are_not_pooled_in_table_1(tmp_path: Path) -> None:
+    """The Table 1 layout keeps lambda 0.9 as "EdgeDRM" and shows other lambdas as their own methods
+    (``report`` writes ``lambda_table.md`` when the runs span several lambdas)."""
+    _run(tmp_path, 0.1, 2025, 0.40, 0.30, 2.0)
+    _run(tmp_path, 0.9, 2025, 0.60, 0.25, 2.0)
+    methods = set(edgedrm_table(edgedrm_rows(tmp_path))["method"])
+    assert {"EdgeDRM", "EdgeDRM (lambda 0.1)"} <= methods
+    rows = lambda_rows(tmp_path)
+    assert rows["lam"].n_unique() == 2 and "| 0.10 | 40.00 |" in lambda_markdown(lambda_table(rows))
