@@ -41,6 +41,8 @@ from typing import Any
 import polars as pl
 import yaml
 
+from lightning_fed.reporting.referral import referral_runs
+
 __all__ = [
     "FEDDRM_KEY",
     "PRIMARY_LAMBDA",
@@ -161,17 +163,13 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
     """One row per (run, method): setting columns and ``accuracy`` (%), from every referral run and
     every FedDRM run (module docstring)."""
     rows = []
-    for path in sorted(Path(root).rglob("referral.csv")):
-        run = path.parent
-        if not (run / "summary.json").is_file() or not (run / "config.yaml").is_file():
-            continue
-        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+    for run, config, table in referral_runs(root):
         setting = run_setting(config)
         lam = run_lambda(config)
         # A run off the paper's primary lambda (0.9) is its own method, never pooled with it (the
         # Table 5 sweep: lambda_table.md).
         suffix = "" if lam == PRIMARY_LAMBDA else f" (lambda {lam:g})"
-        for r in pl.read_csv(path).iter_rows(named=True):
+        for r in table.iter_rows(named=True):
             method = _method(str(r["router"]), str(r["prediction_rule"]))
             if method is not None:
                 rows.append(

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
-import yaml
+
+from lightning_fed.reporting.referral import referral_runs
 
 __all__ = ["lambda_markdown", "lambda_rows", "lambda_table"]
 
@@ -26,12 +27,8 @@ def lambda_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
     from lightning_fed.reporting.edgedrm_tables import run_lambda, run_setting
 
     rows = []
-    for path in sorted(Path(root).rglob("referral.csv")):
-        run = path.parent
-        if not (run / "summary.json").is_file() or not (run / "config.yaml").is_file():
-            continue
-        config = yaml.safe_load((run / "config.yaml").read_text()) or {}
-        table = pl.read_csv(path).filter(pl.col("prediction_rule") == rule)
+    for run, config, referrals in referral_runs(root):
+        table = referrals.filter(pl.col("prediction_rule") == rule)
         found = {
             r["router"]: r for r in table.iter_rows(named=True) if r["router"] in ("EdgeDRM", "EdgeDRM-NR")
         }

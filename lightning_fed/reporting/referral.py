@@ -14,12 +14,21 @@ query, the large tier's share of calls and calls per 100 arrivals, and the peak 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import yaml
 
-__all__ = ["TIER_CONDITIONS", "collect_referrals", "tier_markdown", "tier_rows", "tier_table"]
+__all__ = [
+    "TIER_CONDITIONS",
+    "collect_referrals",
+    "referral_runs",
+    "tier_markdown",
+    "tier_rows",
+    "tier_table",
+]
 
 #: Table 4's conditions: router label -> condition name, in the paper's order.
 TIER_CONDITIONS = {
@@ -52,6 +61,17 @@ def collect_referrals(root: Path) -> pl.DataFrame:
     return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
 
 
+def referral_runs(root: Path) -> Iterator[tuple[Path, dict[str, Any], pl.DataFrame]]:
+    """``(run folder, resolved config, referral table)`` of every finished run under ``root`` that
+    ``lightning-fed refer`` evaluated (a ``referral.csv`` beside ``summary.json`` and ``config.yaml``),
+    in sorted path order: what the Table 1 / 4 / 5 readers share."""
+    for path in sorted(Path(root).rglob("referral.csv")):
+        run = path.parent
+        if not (run / "summary.json").is_file() or not (run / "config.yaml").is_file():
+            continue
+        yield run, yaml.safe_load((run / "config.yaml").read_text()) or {}, pl.read_csv(path)
+
+
 def tier_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
     """One row per (tier run, Table 4 condition): ``run``, ``graph``, ``seed``, ``condition``,
     ``queries`` and the Table 4 quantities, from every run folder whose referral table has a large
@@ -59,14 +79,10 @@ def tier_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
     from lightning_fed.reporting.edgedrm_tables import run_setting
 
     rows = []
-    for path in sorted(Path(root).rglob("referral.csv")):
-        run = path.parent
-        if not (run / "summary.json").is_file() or not (run / "config.yaml").is_file():
-            continue
-        table = pl.read_csv(path)
+    for run, config, table in referral_runs(root):
         if "share_large" not in table.columns:
             continue
-        setting = run_setting(yaml.safe_load((run / "config.yaml").read_text()) or {})
+        setting = run_setting(config)
         for r in table.filter(pl.col("prediction_rule") == rule).iter_rows(named=True):
             if r["router"] in TIER_CONDITIONS:
                 rows.append(
