@@ -76,7 +76,9 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
         dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
-        columns) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
+        columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
+        decentralized method and FedDRM per graph and setting, paired over seeds, 95 % t interval and
+        verdict) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition);
         with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout).
 
@@ -120,6 +122,11 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             written["edgedrm_settings.md"] = write_text(
                 out / "edgedrm_settings.md", et.edgedrm_settings_markdown(table)
             )
+            from lightning_fed.reporting.edgedrm_paired import edgedrm_paired, edgedrm_paired_markdown
+
+            paired = edgedrm_paired_markdown(edgedrm_paired(rows))
+            if paired:
+                written["edgedrm_paired.md"] = write_text(out / "edgedrm_paired.md", paired)
             from lightning_fed.reporting.lambda_table import lambda_markdown, lambda_rows, lambda_table
 
             sweep = lambda_rows(root)

@@ -54,6 +54,7 @@ __all__ = [
     "edgedrm_rows",
     "edgedrm_settings_markdown",
     "edgedrm_table",
+    "graph_order",
     "run_lambda",
     "run_setting",
 ]
@@ -238,7 +239,7 @@ def _methods(names: set[str]) -> list[str]:
     return [m for m in _ORDER if m in names] + sorted(names - set(_ORDER))
 
 
-def _graph_order(graph: str) -> tuple[int, str]:
+def graph_order(graph: str) -> tuple[int, str]:
     """The reference group first, then sparse to dense as the paper lists them: Path, Cycle, RR-k,
     Complete, then the rest."""
     fixed = {REFERENCE_GROUP: -1, "Path": 0, "Cycle": 1, "Complete": 3}
@@ -258,7 +259,7 @@ def edgedrm_markdown(table: pl.DataFrame) -> str:
         "| graph | method | " + " | ".join(_label(st, settings) for st in columns) + " |",
         "|---|---|" + "---|" * len(columns),
     ]
-    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+    for g in sorted({g for g, *_ in cell}, key=graph_order):
         for m in _methods({k[1] for k in cell if k[0] == g}):
             out = [_render(cell, best, g, m, st) for st in columns]
             lines.append(f"| {g} | {m} | " + " | ".join(out) + " |")
@@ -278,7 +279,7 @@ def edgedrm_settings_markdown(table: pl.DataFrame) -> str:
     best = _best(cell)
     graphed = {st for g, _, st in cell if g != REFERENCE_GROUP}
     lines = ["| graph | setting | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
-    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+    for g in sorted({g for g, *_ in cell}, key=graph_order):
         own = {st for gg, _, st in cell if gg == g}
         for st in sorted(own - graphed if g == REFERENCE_GROUP else own):
             out = [_render(cell, best, g, m, st) for m in methods]
@@ -300,7 +301,7 @@ def edgedrm_margins(table: pl.DataFrame) -> pl.DataFrame:
     """
     cell = _cells(table)
     rows = []
-    for g in sorted({g for g, *_ in cell}, key=_graph_order):
+    for g in sorted({g for g, *_ in cell}, key=graph_order):
         first, margins, vs_d, gains = 0, [], [], []
         for st in sorted({st for gg, m, st in cell if gg == g and m == "EdgeDRM"}):
             ours = cell[(g, "EdgeDRM", st)][0]

@@ -1,0 +1,105 @@
+"""Paired seed-by-seed differences behind the EdgeDRM orderings (``edgedrm_paired.md``)."""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+import pytest
+
+from lightning_fed.reporting.edgedrm_paired import edgedrm_paired, edgedrm_paired_markdown
+from lightning_fed.reporting.paired import BETTER, NOT_APPLICABLE, WITHIN_NOISE, WORSE
+
+#: t_{0.975, 2} (scipy.stats.t.ppf(0.975, 2)).
+T2 = 4.302652729749464
+
+
+def _rows(cells: dict[tuple[str, str], list[float]]) -> pl.DataFrame:
+    """``{(graph, method): [acc seed 1, seed 2, seed 3]}`` -> edgedrm_rows' frame (one setting)."""
+    rows = [
+        {
+            "run": f"{g}-{m}-{s}",
+            "dataset": "FashionMNIST",
+            "partition": "5-SPC",
+            "clients": 8,
+            "graph": g,
+            "seed": s,
+            "method": m,
+            "accuracy": a,
+        }
+        for (g, m), accs in cells.items()
+        for s, a in enumerate(accs, start=1)
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_hand_computed_intervals_and_verdicts() -> None:
+    """Three seeds on RR4. EdgeDRM (50, 52, 54):
+
+    - minus DFedAvgM (49, 50, 51): d = (1, 2, 3), d_bar = 2, s_d = 1, half = 4.3027 / sqrt(3) =
+      2.4841, CI [-0.484, 4.484]: contains 0 -> within noise (the means differ by 2 points);
+    - minus EdgeDRM-NR (30, 33, 35): d = (20, 19, 19), d_bar = 19.333, s_d = 0.57735,
+      half = 4.3027 * 0.57735 / sqrt(3) = 1.4342 -> better;
+    - DisPFL (40, 41, 60) has mean 47, below DFedAvgM's 50, so the strongest other decentralized
+      method is DFedAvgM and the "best other" row repeats it;
+    - minus FedDRM (60, 61, 63) (reference group, no graph): d = (-10, -9, -9) -> worse.
+    Local is a reference and never a comparator.
+    """
+    rows = _rows(
+        {
+            ("RR4", "EdgeDRM"): [50, 52, 54],
+            ("RR4", "DFedAvgM"): [49, 50, 51],
+            ("RR4", "EdgeDRM-NR"): [30, 33, 35],
+            ("RR4", "DisPFL"): [40, 41, 60],
+            ("RR4", "Local"): [90, 90, 90],
+            ("Reference", "FedDRM"): [60, 61, 63],
+        }
+    )
+    out = {r["comparator"]: r for r in edgedrm_paired(rows).iter_rows(named=True)}
+    assert set(out) == {"DFedAvgM", "EdgeDRM-NR", "best other", "FedDRM"}
+    d = out["DFedAvgM"]
+    half = T2 / math.sqrt(3)
+    assert (d["seeds"], d["diff"]) == (3, pytest.approx(2.0))
+    assert (d["ci_low"], d["ci_high"]) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    assert d["verdict"] == WITHIN_NOISE
+    nr = out["EdgeDRM-NR"]
+    assert nr["diff"] == pytest.approx(58 / 3)
+    assert nr["ci_high"] - nr["diff"] == pytest.approx(T2 * math.sqrt(1 / 3) / math.sqrt(3))
+    assert nr["verdict"] == BETTER
+    assert out["best other"]["method"] == "DFedAvgM"
+    assert out["best other"]["diff"] == pytest.approx(2.0)
+    assert out["FedDRM"]["diff"] == pytest.approx(-28 / 3)
+    assert out["FedDRM"]["verdict"] == WORSE
+
+
+def test_best_other_is_chosen_by_mean_and_pairs_by_seed() -> None:
+    """DisPFL (60, 40, 62; mean 54) beats DFedAvgM (50, 50, 50): EdgeDRM (55, 45, 66) minus DisPFL
+    is d = (-5, 5, 4), d_bar = 4/3, pairing seed s with seed s (not sorted values)."""
+    rows = _rows(
+        {
+            ("Path", "EdgeDRM"): [55, 45, 66],
+            ("Path", "DFedAvgM"): [50, 50, 50],
+            ("Path", "DisPFL"): [60, 40, 62],
+        }
+    )
+    best = edgedrm_paired(rows).filter(pl.col("comparator") == "best other").row(0, named=True)
+    assert best["method"] == "DisPFL"
+    assert best["diff"] == pytest.approx(4 / 3)
+    sd = math.sqrt(sum((x - 4 / 3) ** 2 for x in (-5, 5, 4)) / 2)
+    assert best["ci_high"] == pytest.approx(4 / 3 + T2 * sd / math.sqrt(3))
+    assert "| Path | FashionMNIST 5-SPC | DisPFL (best other) | 3 |" in edgedrm_paired_markdown(
+        edgedrm_paired(rows)
+    )
+
+
+def test_one_seed_has_no_interval() -> None:
+    rows = _rows({("Cycle", "EdgeDRM"): [50], ("Cycle", "DFedAvgM"): [45]})
+    row = edgedrm_paired(rows).filter(pl.col("comparator") == "DFedAvgM").row(0, named=True)
+    assert (row["seeds"], row["diff"], row["ci_low"], row["verdict"]) == (1, 5.0, None, NOT_APPLICABLE)
+    assert "| +5.00 | n/a |" in edgedrm_paired_markdown(edgedrm_paired(rows))
+
+
+def test_no_edgedrm_gives_an_empty_table() -> None:
+    rows = _rows({("Path", "DFedAvgM"): [1, 2]})
+    assert edgedrm_paired(rows).height == 0
+    assert edgedrm_paired_markdown(edgedrm_paired(rows)) == ""
