@@ -79,7 +79,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
         decentralized method and FedDRM per graph and setting, paired over seeds, 95 % t interval and
         verdict) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
-        ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition);
+        ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
+        the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
         with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout).
 
     Raises:
@@ -138,8 +139,13 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             tier_share_plot(referrals, out / "referral_tiers.png")
             written["referral_tiers.png"] = out / "referral_tiers.png"
             from lightning_fed.reporting.referral import tier_markdown, tier_rows, tier_table
+            from lightning_fed.reporting.tier_contrasts import tier_contrasts, tier_contrasts_markdown
 
-            tiers = tier_markdown(tier_table(tier_rows(root)))
+            found = tier_rows(root)
+            tiers = tier_markdown(tier_table(found))
+            contrasts = tier_contrasts_markdown(tier_contrasts(found))
+            if tiers and contrasts:
+                tiers += "\nPaired contrasts (seed by seed, 95 % t interval):\n\n" + contrasts
             if tiers:
                 written["tier_table.md"] = write_text(out / "tier_table.md", tiers)
     return written

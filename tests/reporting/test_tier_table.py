@@ -98,3 +98,36 @@ def test_tier_table_is_table_4_over_seeds(tmp_path: Path) -> None:
     nr = "| Tiers-layered: EdgeDRM-NR | 60.00 ± 5.00 | 1.00 ± 0.00 | 25.00 ± 0.00 | 25.00 ± 0.00 | "
     assert nr + "3.125 ± 0.000 | 3 | panel 200x64 |" in md
     assert tier_markdown(tier_table(tier_rows(tmp_path / "empty"))) == ""
+
+
+def test_tier_contrasts_pair_conditions_and_graphs_by_seed(tmp_path: Path) -> None:
+    """Seeds 2025-2027 at accuracies 0.60 / 0.70 / 0.65 (``_run``):
+
+    - prior minus no prior, accuracy: 0.02 each seed -> +2.00, SD 0 so the interval is [2, 2]
+      (better); large share 50 - 20 = +30 (layered);
+    - prior minus EdgeDRM-NR, accuracy: +5.00 each seed;
+    - shortcut minus layered (History + prior), large share: 70 - 50 = +20 every seed; peak share is
+      7 + seed % 2 on both graphs -> 0 every seed: an interval [0, 0], which contains 0 (within noise).
+    """
+    from lightning_fed.reporting.tier_contrasts import tier_contrasts, tier_contrasts_markdown
+
+    for seed, acc in ((2025, 0.60), (2026, 0.70), (2027, 0.65)):
+        for shortcut in (False, True):
+            _run(tmp_path, seed, shortcut, acc)
+    out = {
+        (r["contrast"], r["quantity"]): r for r in tier_contrasts(tier_rows(tmp_path)).iter_rows(named=True)
+    }
+    prior = out[("Tiers-layered: prior minus no prior", "accuracy")]
+    assert (prior["seeds"], prior["diff"], prior["verdict"]) == (3, pytest.approx(2.0), "better")
+    assert prior["ci_low"] == pytest.approx(2.0) and prior["ci_high"] == pytest.approx(2.0)
+    assert out[("Tiers-layered: prior minus no prior", "share_large")]["diff"] == pytest.approx(30.0)
+    assert out[("Tiers-shortcut: prior minus EdgeDRM-NR", "accuracy")]["diff"] == pytest.approx(5.0)
+    cross = out[("History + prior: shortcut minus layered", "share_large")]
+    assert cross["diff"] == pytest.approx(20.0) and cross["verdict"] == "better"
+    peak = out[("History + prior: shortcut minus layered", "peak_share")]
+    assert peak["diff"] == pytest.approx(0.0) and peak["verdict"] == "within noise"
+    md = tier_contrasts_markdown(tier_contrasts(tier_rows(tmp_path)))
+    assert (
+        "| History + prior: shortcut minus layered | large share (pp) | 3 | +20.00 [+20.00, +20.00] |" in md
+    )
+    assert tier_contrasts_markdown(tier_contrasts(tier_rows(tmp_path / "empty"))) == ""
