@@ -81,7 +81,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         verdict) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
         the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
-        with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout).
+        with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout, then each ``lambda``
+        against 0.9 paired by seed).
 
     Raises:
         ValueError: If ``root`` holds no run directory, or ``reference`` is not among its methods.
@@ -128,12 +129,20 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             paired = edgedrm_paired_markdown(edgedrm_paired(rows))
             if paired:
                 written["edgedrm_paired.md"] = write_text(out / "edgedrm_paired.md", paired)
-            from lightning_fed.reporting.lambda_table import lambda_markdown, lambda_rows, lambda_table
+            from lightning_fed.reporting.lambda_table import (
+                lambda_markdown,
+                lambda_paired,
+                lambda_paired_markdown,
+                lambda_rows,
+                lambda_table,
+            )
 
             sweep = lambda_rows(root)
             if sweep.height and sweep["lam"].n_unique() > 1:
+                text = lambda_markdown(lambda_table(sweep))
+                paired = lambda_paired_markdown(lambda_paired(sweep))
                 written["lambda_table.md"] = write_text(
-                    out / "lambda_table.md", lambda_markdown(lambda_table(sweep))
+                    out / "lambda_table.md", text + ("\n" + paired if paired else "")
                 )
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")

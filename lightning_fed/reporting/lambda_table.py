@@ -8,6 +8,12 @@ prediction rule (default: weighted history, the paper's primary rule). The gain 
 and then averaged, so its SD is the SD of the paired differences, not a difference of SDs.
 :func:`lambda_markdown` is written by ``lightning-fed report`` as ``lambda_table.md`` when the runs
 under the root span more than one ``lambda`` (``configs/sweeps/edgedrm_lambda_cpu.yaml``).
+
+Whether ``lambda`` matters beyond the seed noise is read from :func:`lambda_paired`: per ``lambda``,
+EdgeDRM's and EdgeDRM-NR's accuracy minus those of the primary ``lambda`` (0.9) run of the same seed
+and setting (the two share the stage-I model, so the difference is the stage-II fit's), with a 95 %
+Student-t interval and verdict (:func:`~lightning_fed.reporting.paired.paired_comparison`), and the
+referral gain's own interval (gain > 0: referral helps at that ``lambda``).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from pathlib import Path
 
 import polars as pl
 
+from lightning_fed.reporting.paired import PairedDifference, paired_comparison
 from lightning_fed.reporting.referral import referral_runs
 
-__all__ = ["lambda_markdown", "lambda_rows", "lambda_table"]
+__all__ = ["lambda_markdown", "lambda_paired", "lambda_paired_markdown", "lambda_rows", "lambda_table"]
+
+_SETTING = ["dataset", "partition", "clients", "graph"]
 
 
 def lambda_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
@@ -87,5 +96,88 @@ def lambda_markdown(table: pl.DataFrame) -> str:
                 str(r["seeds"]),
             ]
             lines.append("| " + " | ".join(values) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _seeds(part: pl.DataFrame, column: str) -> dict[int, float]:
+    return {int(s): float(v) for s, v in zip(part["seed"], part[column], strict=True)}
+
+
+def _ci(d: PairedDifference) -> str:
+    if d.mean is None:
+        return "-"
+    if d.ci_low is None:
+        return f"{d.mean:+.2f} ({d.verdict})"
+    return f"{d.mean:+.2f} [{d.ci_low:+.2f}, {d.ci_high:+.2f}] ({d.verdict})"
+
+
+def lambda_paired(rows: pl.DataFrame, reference: float | None = None) -> pl.DataFrame:
+    """Per (setting, ``lam``): EdgeDRM and EdgeDRM-NR minus the reference ``lambda`` run of the same
+    seed, and the referral gain against 0, each with a 95 % t interval (module docstring).
+
+    Args:
+        rows: :func:`lambda_rows`.
+        reference: The ``lambda`` compared against; default the primary 0.9.
+
+    Returns:
+        Columns: the setting, ``lam``, ``seeds``, and for ``edgedrm`` / ``nr`` / ``gain`` the
+        ``<c>_diff``, ``<c>_low``, ``<c>_high``, ``<c>_verdict``; empty without the reference runs.
+    """
+    from lightning_fed.reporting.edgedrm_tables import PRIMARY_LAMBDA
+
+    reference = PRIMARY_LAMBDA if reference is None else float(reference)
+    if rows.height == 0 or reference not in set(rows["lam"]):
+        return pl.DataFrame()
+    out = []
+    for key, part in rows.group_by(_SETTING, maintain_order=True):
+        base = part.filter(pl.col("lam") == reference)
+        if base.height == 0:
+            continue
+        for lam in sorted(set(part["lam"])):
+            here = part.filter(pl.col("lam") == lam)
+            row = {**dict(zip(_SETTING, key, strict=True)), "lam": lam, "seeds": here["seed"].n_unique()}
+            diffs = {
+                "edgedrm": paired_comparison(_seeds(here, "edgedrm"), _seeds(base, "edgedrm")),
+                "nr": paired_comparison(_seeds(here, "nr"), _seeds(base, "nr")),
+                "gain": paired_comparison(_seeds(here, "gain"), dict.fromkeys(_seeds(here, "gain"), 0.0)),
+            }
+            for c, d in diffs.items():
+                row |= {
+                    f"{c}_diff": d.mean,
+                    f"{c}_low": d.ci_low,
+                    f"{c}_high": d.ci_high,
+                    f"{c}_verdict": d.verdict,
+                }
+            out.append(row)
+    return pl.DataFrame(out)
+
+
+def lambda_paired_markdown(paired: pl.DataFrame, reference: float = 0.9) -> str:
+    """:func:`lambda_paired` as markdown, one block per setting; "" without rows."""
+    if paired.height == 0:
+        return ""
+    head = (
+        f"| lambda | EdgeDRM minus lambda {reference:g} (pp) | EdgeDRM-NR minus lambda {reference:g} (pp) "
+        "| referral gain (pp) | Seeds |\n|---|---|---|---|---|"
+    )
+    blocks = []
+    for key, part in paired.group_by(_SETTING, maintain_order=True):
+        dataset, partition, clients, graph = key
+        lines = [
+            f"{dataset} / {partition}, {clients} clients, {graph}, paired by seed (95 % t interval):",
+            "",
+            head,
+        ]
+        for r in part.sort("lam").iter_rows(named=True):
+            cells = [
+                _ci(
+                    PairedDifference(
+                        r["seeds"], r[f"{c}_diff"], r[f"{c}_low"], r[f"{c}_high"], r[f"{c}_verdict"]
+                    )
+                )
+                for c in ("edgedrm", "nr", "gain")
+            ]
+            lines.append(f"| {r['lam']:.2f} | " + " | ".join(cells) + f" | {r['seeds']} |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"

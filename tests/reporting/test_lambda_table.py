@@ -83,3 +83,29 @@ def test_runs_off_the_primary_lambda_are_not_pooled_in_table_1(tmp_path: Path) -
     assert {"EdgeDRM", "EdgeDRM (lambda 0.1)"} <= methods
     rows = lambda_rows(tmp_path)
     assert rows["lam"].n_unique() == 2 and "| 0.10 | 40.00 |" in lambda_markdown(lambda_table(rows))
+
+
+def test_each_lambda_against_0_9_paired_by_seed(tmp_path: Path) -> None:
+    """Three seeds. lambda 0.9: EdgeDRM 60 / 62 / 64, NR 30 / 30 / 30. lambda 0.1: EdgeDRM 55 / 58 / 58
+    (minus 0.9: -5, -4, -6 -> -5.00, SD 1, half-width t_{0.975,2} / sqrt(3) = 2.484: worse), NR 35 /
+    36 / 34 (+5, +6, +4 -> +5.00: better); gain of 0.1: 20, 22, 24 -> +22.00, SD 2 (better). Seed
+    2026 pairs with seed 2026, so sorting values instead would change the SDs."""
+    from lightning_fed.reporting.lambda_table import lambda_paired, lambda_paired_markdown
+
+    for seed, e9, e1, n1 in ((2025, 0.60, 0.55, 0.35), (2026, 0.62, 0.58, 0.36), (2027, 0.64, 0.58, 0.34)):
+        _run(tmp_path, 0.9, seed, e9, 0.30, 2.0)
+        _run(tmp_path, 0.1, seed, e1, n1, 2.0)
+    paired = lambda_paired(lambda_rows(tmp_path))
+    low = paired.filter(pl.col("lam") == 0.1).row(0, named=True)
+    half = 4.302652729749464 / 3**0.5
+    assert low["edgedrm_diff"] == pytest.approx(-5.0) and low["edgedrm_verdict"] == "worse"
+    assert low["edgedrm_high"] == pytest.approx(-5.0 + half)
+    assert low["nr_diff"] == pytest.approx(5.0) and low["nr_verdict"] == "better"
+    assert low["gain_diff"] == pytest.approx(22.0) and low["gain_high"] == pytest.approx(22.0 + 2 * half)
+    same = paired.filter(pl.col("lam") == 0.9).row(0, named=True)
+    assert same["edgedrm_diff"] == pytest.approx(0.0) and same["edgedrm_verdict"] == "within noise"
+    md = lambda_paired_markdown(paired)
+    assert (
+        f"| 0.10 | -5.00 [-7.48, -2.52] (worse) | +5.00 [+{5 - half:.2f}, +{5 + half:.2f}] (better) |" in md
+    )
+    assert lambda_paired(lambda_rows(tmp_path).filter(pl.col("lam") == 0.1)).height == 0
