@@ -62,6 +62,9 @@ class Queries:
         entry: Entry client per query ``[Q]`` (int64).
         label: ``"test"`` or ``"panel <images>x<records>"`` (the table's ``queries`` column).
         image: Panel image of each record ``[Q]`` (int64; None for test queries).
+        source: Source client of each query ``[Q]`` (int64; the client whose test split holds it),
+            None for panel records (a panel image belongs to no client). Never shown to a router: it
+            only scores the walks (``source_reached`` / ``source_in_reach`` in the referral table).
     """
 
     x: Tensor
@@ -69,6 +72,7 @@ class Queries:
     entry: Tensor
     label: str = "test"
     image: Tensor | None = None
+    source: Tensor | None = None
 
 
 def panel_rows(labels: Tensor, images: int, num_classes: int, seed: int) -> Tensor:

@@ -7,7 +7,10 @@ tier experiment passes a fixed panel instead (:class:`lightning_fed.referral.pan
 untransformed test images, each in several arrival records, exactly balanced entries). Every router
 walks the same queries from the same entries; every prediction rule reads the same walks. One row per
 (router, rule): accuracy, balanced accuracy, calls and incident scores per query, the workload columns
-of :func:`lightning_fed.referral.workload.workload` and ``queries`` (``test`` or ``panel NxR``).
+of :func:`lightning_fed.referral.workload.workload`, with test queries the source diagnostics of
+:func:`source_columns` (``source_reached``: % of walks that visit the query's source client;
+``source_in_reach``: % of queries whose source lies within ``L`` moves of the entry) and ``queries``
+(``test`` or ``panel NxR``).
 Written atomically as ``referral.csv`` and ``referral.md``, plus ``referral_traffic.png`` (the first
 router's traffic on the graph).
 """
@@ -42,7 +45,16 @@ from lightning_fed.referral.routers import (
 from lightning_fed.referral.workload import client_calls, edge_traffic, workload
 from lightning_fed.seeding import torch_generator
 
-__all__ = ["default_routers", "draw_entries", "refer", "split_queries", "to_markdown", "write_referral"]
+__all__ = [
+    "default_routers",
+    "draw_entries",
+    "refer",
+    "source_columns",
+    "split_queries",
+    "to_markdown",
+    "within_hops",
+    "write_referral",
+]
 
 
 def default_routers() -> list[Router]:
@@ -76,7 +88,37 @@ def split_queries(data: FederatedData, seed: int) -> Queries:
     x = torch.cat([cd.x_test for cd in data.centers])
     y = torch.cat([cd.y_test for cd in data.centers]).to(torch.int64)
     source = torch.cat([torch.full((cd.x_test.shape[0],), u) for u, cd in enumerate(data.centers)])
-    return Queries(x, y, draw_entries(source, data.num_centers, seed), "test")
+    return Queries(x, y, draw_entries(source, data.num_centers, seed), "test", source=source.to(torch.int64))
+
+
+def within_hops(adjacency: Tensor, max_hops: int) -> Tensor:
+    """Bool ``[C, C]``: ``j`` lies at most ``max_hops`` moves from ``i`` on the graph (``i`` itself
+    included), by ``R_0 = I``, ``R_k = R_{k-1} | (R_{k-1} A)``."""
+    a = adjacency.to(torch.bool)
+    reach = torch.eye(a.shape[0], dtype=torch.bool)
+    for _ in range(int(max_hops)):
+        reach = reach | (reach.to(torch.float32) @ a.to(torch.float32)).gt(0)
+    return reach
+
+
+def source_columns(routes: Any, q: Queries, reach: Tensor) -> dict[str, float]:
+    """The mechanism diagnostics of one router's walks when the queries have sources (else ``{}``):
+
+    - ``source_reached``: % of queries whose walk visits their source client (EdgeDRM's premise:
+      the source's expert answers its own distribution best; Sec. 3);
+    - ``source_in_reach``: % of queries whose source lies within ``L`` moves of the entry, the
+      ceiling of ``source_reached`` for any router that moves along edges (a property of the graph
+      and the entries, the same for every router).
+    """
+    if q.source is None:
+        return {}
+    source = q.source.to(routes.visited.device)
+    hit = (routes.visited == source.unsqueeze(1)).any(1)
+    in_reach = reach[q.entry.to(torch.int64), q.source.to(torch.int64)]
+    return {
+        "source_reached": 100.0 * float(hit.to(torch.float64).mean()),
+        "source_in_reach": 100.0 * float(in_reach.to(torch.float64).mean()),
+    }
 
 
 def to_markdown(table: pl.DataFrame) -> str:
@@ -159,13 +201,14 @@ def refer(
     if entry.numel() and not (int(entry.min()) >= 0 and int(entry.max()) < c):
         raise ValueError(f"refer: entry clients must lie in 0..{c - 1}")
     tiers = getattr(graph, "tiers", None)
+    reach = within_hops(adjacency.cpu(), max_hops)
     rows = []
     for k, router in enumerate(routers):
         name = router.label
         if isinstance(router, OracleSourceRouter) and router.head is None:
             router.fit([experts.encode(u, cd.x_train) for u, cd in enumerate(data.centers)])
         routes = router.route(x, entry, setup)
-        work = workload(routes, c, tiers)
+        work = workload(routes, c, tiers) | source_columns(routes, q, reach)
         if k == 0 and write:
             routing_picture(
                 adjacency,

@@ -78,7 +78,9 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
         columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
         decentralized method and FedDRM per graph and setting, paired over seeds, 95 % t interval and
-        verdict) and, with hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
+        verdict), ``referral_reach.md`` (per graph and setting, the share of test queries whose source
+        is within L moves of the entry, and the share each router's walks reach it) and, with
+        hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
         the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
         with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout, then each ``lambda``
@@ -129,6 +131,11 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             paired = edgedrm_paired_markdown(edgedrm_paired(rows))
             if paired:
                 written["edgedrm_paired.md"] = write_text(out / "edgedrm_paired.md", paired)
+            from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
+
+            reach = reach_markdown(reach_table(reach_rows(root)))
+            if reach:
+                written["referral_reach.md"] = write_text(out / "referral_reach.md", reach)
             from lightning_fed.reporting.lambda_table import (
                 lambda_markdown,
                 lambda_paired,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -103,3 +104,41 @@ def test_no_edgedrm_gives_an_empty_table() -> None:
     rows = _rows({("Path", "DFedAvgM"): [1, 2]})
     assert edgedrm_paired(rows).height == 0
     assert edgedrm_paired_markdown(edgedrm_paired(rows)) == ""
+
+
+def test_reach_table_means_over_seeds(tmp_path: Path) -> None:
+    """Two RR4 seeds: EdgeDRM reaches the source in 60 % / 70 % of walks (65.0 ± 7.1), random in
+    40 % / 40 %; 90 % / 100 % of sources are in reach (95.0 ± 7.1). A referral table without the
+    source columns (older runs, panel queries) contributes nothing."""
+    import json
+
+    from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
+
+    config = (
+        "seed: {seed}\ndata:\n  class_path: lightning_fed.data.FashionMNIST\n  init_args:\n"
+        "    partition: {{class_path: lightning_fed.data.Shards, init_args: {{per_client: 5}}}}\n"
+        "algorithm:\n  class_path: lightning_fed.algorithms.EdgeDRM\n  init_args:\n"
+        "    topology: {{class_path: lightning_fed.graphs.RandomRegular}}\n"
+    )
+    for seed, ours, ceiling in ((1, 60.0, 90.0), (2, 70.0, 100.0)):
+        run = tmp_path / f"rr4-seed{seed}"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({}))
+        (run / "config.yaml").write_text(config.format(seed=seed))
+        rows = [
+            {"router": r, "prediction_rule": rule, "source_reached": v, "source_in_reach": ceiling}
+            for r, v in (("EdgeDRM", ours), ("random", 40.0), ("EdgeDRM-NR", 0.0))
+            for rule in ("hard terminal", "weighted history")
+        ]
+        pl.DataFrame(rows).write_csv(run / "referral.csv")
+    old = tmp_path / "old-seed3"
+    old.mkdir()
+    (old / "summary.json").write_text("{}")
+    (old / "config.yaml").write_text(config.format(seed=3))
+    pl.DataFrame([{"router": "EdgeDRM", "prediction_rule": "hard terminal", "accuracy": 0.5}]).write_csv(
+        old / "referral.csv"
+    )
+    found = reach_rows(tmp_path)
+    assert found.height == 4 and set(found["router"]) == {"EdgeDRM", "random"}
+    md = reach_markdown(reach_table(found))
+    assert "| RR4 | FashionMNIST 5-SPC | 2 | 95.0 ± 7.1 | 65.0 ± 7.1 | 40.0 ± 0.0 |" in md

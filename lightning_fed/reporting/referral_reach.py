@@ -1,0 +1,103 @@
+"""Does referral reach the source? The mechanism diagnostic behind the EdgeDRM tables (``referral_reach.md``).
+
+EdgeDRM's referral gain rests on one mechanism (Sec. 3): the learned potentials move a query toward
+the client whose data it resembles, ideally its source, whose expert answers it best. The referral
+table (``lightning-fed refer``, test queries) records per router the share of walks that visit the
+query's source (``source_reached``) and the share of queries whose source lies within ``L`` moves
+of the entry (``source_in_reach``: the ceiling for any router that moves along edges, a property of
+the graph and the entry draw). Per graph and setting, mean +/- sample SD over the seeds:
+
+- ``in reach``: the ceiling;
+- one column per router (EdgeDRM, EdgeDRM w/o prior, count-only, random): ``source_reached``. A
+  router that learns moves toward the source reaches it more often than the random walk with the
+  same budget; the gap between EdgeDRM's value and the ceiling is what routing leaves on the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from lightning_fed.reporting.referral import referral_runs
+
+__all__ = ["REACH_ROUTERS", "reach_markdown", "reach_rows", "reach_table"]
+
+#: Routers shown, in column order (``referral.csv`` labels).
+REACH_ROUTERS = ("EdgeDRM", "EdgeDRM w/o prior", "count-only", "random")
+
+
+def reach_rows(root: Path) -> pl.DataFrame:
+    """One row per (referral run, router): setting columns, ``router``, ``source_reached``,
+    ``source_in_reach`` (%), from every run whose referral table has the source columns."""
+    from lightning_fed.reporting.edgedrm_tables import run_setting
+
+    rows = []
+    for run, config, table in referral_runs(root):
+        if "source_reached" not in table.columns:
+            continue
+        setting = run_setting(config)
+        seen = set()
+        for r in table.iter_rows(named=True):
+            router = str(r["router"])
+            if router in REACH_ROUTERS and router not in seen and r["source_reached"] is not None:
+                seen.add(router)  # the walk (hence the columns) is the same for every prediction rule
+                rows.append(
+                    {
+                        "run": run.name,
+                        **setting,
+                        "router": router,
+                        "source_reached": float(r["source_reached"]),
+                        "source_in_reach": float(r["source_in_reach"]),
+                    }
+                )
+    return pl.DataFrame(rows)
+
+
+def reach_table(rows: pl.DataFrame) -> pl.DataFrame:
+    """Mean and sample SD per (graph, dataset, partition, clients, router), with ``seeds``."""
+    if rows.height == 0:
+        return pl.DataFrame()
+    keys = ["graph", "dataset", "partition", "clients", "router"]
+    return rows.group_by(keys).agg(
+        pl.col("source_reached").mean().alias("reached_mean"),
+        pl.col("source_reached").std(ddof=1).alias("reached_sd"),
+        pl.col("source_in_reach").mean().alias("reach_mean"),
+        pl.col("source_in_reach").std(ddof=1).alias("reach_sd"),
+        pl.col("seed").n_unique().alias("seeds"),
+    )
+
+
+def _cell(mean: float, sd: float | None) -> str:
+    return f"{mean:.1f}" if sd is None else f"{mean:.1f} ± {sd:.1f}"
+
+
+def reach_markdown(table: pl.DataFrame) -> str:
+    """:func:`reach_table` as markdown: one row per (graph, setting), the ceiling, then one column
+    per router; "" without rows."""
+    if table.height == 0:
+        return ""
+    from lightning_fed.reporting.edgedrm_tables import graph_order
+
+    routers = [r for r in REACH_ROUTERS if r in set(table["router"])]
+    head = ["graph", "setting", "seeds", "in reach (%)", *(f"{r} reached (%)" for r in routers)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keys = sorted(set(table.select("graph", "dataset", "partition", "clients").iter_rows()))
+    for graph, dataset, partition, clients in sorted(keys, key=lambda k: (graph_order(k[0]), k[1:])):
+        part = table.filter(
+            (pl.col("graph") == graph)
+            & (pl.col("dataset") == dataset)
+            & (pl.col("partition") == partition)
+            & (pl.col("clients") == clients)
+        )
+        by = {r["router"]: r for r in part.iter_rows(named=True)}
+        first = next(iter(by.values()))
+        cells = [_cell(by[r]["reached_mean"], by[r]["reached_sd"]) if r in by else "-" for r in routers]
+        values = [
+            graph,
+            f"{dataset} {partition}",
+            str(first["seeds"]),
+            _cell(first["reach_mean"], first["reach_sd"]),
+        ]
+        lines.append("| " + " | ".join([*values, *cells]) + " |")
+    return "\n".join(lines) + "\n"
