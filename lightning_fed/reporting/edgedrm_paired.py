@@ -19,9 +19,10 @@ The comparators ``X``, per cell:
 - ``DFedAvgM``: EdgeDRM's stage-I model, the paper's matched control (parity is expected on the
   complete graph: an interval containing 0 there is "within noise", i.e. parity at this noise level);
 - ``EdgeDRM-NR``: the referral gain (the paper: positive in every configuration);
-- the strongest other decentralized method, chosen by its mean in the cell. When that is DFedAvgM,
-  the row repeats DFedAvgM's. Choosing the strongest comparator by its mean favours the comparator
-  slightly (a winner's-curse bias), which makes a "better" verdict conservative;
+- the strongest other decentralized method, chosen by its mean in the cell (``best_other``; when
+  that is DFedAvgM or EdgeDRM-NR, their row is marked instead of repeated). Choosing the strongest
+  comparator by its mean favours it slightly (a winner's-curse bias), which makes a "better"
+  verdict conservative;
 - ``FedDRM``: the centralized reference (the paper: above every decentralized method).
 
 A verdict reads the interval: ``better`` (above 0), ``worse`` (below 0), ``within noise`` (contains 0),
@@ -76,7 +77,7 @@ def edgedrm_paired(rows: pl.DataFrame) -> pl.DataFrame:
 
     Returns:
         Columns ``graph, dataset, partition, clients, comparator, method, seeds, diff, ci_low,
-        ci_high, verdict`` (differences in percentage points); empty when no cell has EdgeDRM.
+        ci_high, verdict, best_other`` (differences in percentage points); empty when no cell has EdgeDRM.
     """
     if rows.height == 0 or OURS not in set(rows["method"]):
         return pl.DataFrame()
@@ -91,15 +92,18 @@ def edgedrm_paired(rows: pl.DataFrame) -> pl.DataFrame:
             if not ours:
                 continue
             methods = set(cell["method"]) - {OURS, *REFERENCE_METHODS}
-            for m in [m for m in _FIXED if m in methods]:
-                out.append(_row(graph, key, m, m, ours, _by_seed(cell, m)))
             means = {m: sum(v) / len(v) for m in methods if (v := list(_by_seed(cell, m).values()))}
-            if means:
-                best = max(sorted(means), key=means.__getitem__)
-                out.append(_row(graph, key, "best other", best, ours, _by_seed(cell, best)))
+            best = max(sorted(means), key=means.__getitem__) if means else None
+            for m in [m for m in _FIXED if m in methods]:
+                out.append(_row(graph, key, m, m, ours, _by_seed(cell, m)) | {"best_other": m == best})
+            if best is not None and best not in _FIXED:
+                out.append(
+                    _row(graph, key, "best other", best, ours, _by_seed(cell, best)) | {"best_other": True}
+                )
             reference = rows.filter(pl.col("graph") == REFERENCE_GROUP, *cond)
             if "FedDRM" in set(reference["method"]):
-                out.append(_row(graph, key, "FedDRM", "FedDRM", ours, _by_seed(reference, "FedDRM")))
+                feddrm = _row(graph, key, "FedDRM", "FedDRM", ours, _by_seed(reference, "FedDRM"))
+                out.append(feddrm | {"best_other": False})
     return pl.DataFrame(out)
 
 
@@ -121,7 +125,7 @@ def edgedrm_paired_markdown(paired: pl.DataFrame) -> str:
     ]
     mixed = paired["clients"].n_unique() > 1
     for r in paired.iter_rows(named=True):
-        label = r["method"] if r["comparator"] == r["method"] else f"{r['method']} (best other)"
+        label = f"{r['method']} (best other)" if r["best_other"] else r["method"]
         setting = f"{r['dataset']} {r['partition']}" + (f" ({r['clients']} clients)" if mixed else "")
         lines.append(
             f"| {r['graph']} | {setting} | {label} | {r['seeds']} | {_interval(r)} | {r['verdict']} |"

@@ -42,7 +42,7 @@ def test_hand_computed_intervals_and_verdicts() -> None:
     - minus EdgeDRM-NR (30, 33, 35): d = (20, 19, 19), d_bar = 19.333, s_d = 0.57735,
       half = 4.3027 * 0.57735 / sqrt(3) = 1.4342 -> better;
     - DisPFL (40, 41, 60) has mean 47, below DFedAvgM's 50, so the strongest other decentralized
-      method is DFedAvgM and the "best other" row repeats it;
+      method is DFedAvgM, whose row is marked (no repeated row);
     - minus FedDRM (60, 61, 63) (reference group, no graph): d = (-10, -9, -9) -> worse.
     Local is a reference and never a comparator.
     """
@@ -57,7 +57,7 @@ def test_hand_computed_intervals_and_verdicts() -> None:
         }
     )
     out = {r["comparator"]: r for r in edgedrm_paired(rows).iter_rows(named=True)}
-    assert set(out) == {"DFedAvgM", "EdgeDRM-NR", "best other", "FedDRM"}
+    assert set(out) == {"DFedAvgM", "EdgeDRM-NR", "FedDRM"}  # the best other is DFedAvgM: marked
     d = out["DFedAvgM"]
     half = T2 / math.sqrt(3)
     assert (d["seeds"], d["diff"]) == (3, pytest.approx(2.0))
@@ -67,8 +67,10 @@ def test_hand_computed_intervals_and_verdicts() -> None:
     assert nr["diff"] == pytest.approx(58 / 3)
     assert nr["ci_high"] - nr["diff"] == pytest.approx(T2 * math.sqrt(1 / 3) / math.sqrt(3))
     assert nr["verdict"] == BETTER
-    assert out["best other"]["method"] == "DFedAvgM"
-    assert out["best other"]["diff"] == pytest.approx(2.0)
+    assert [r for r, v in out.items() if v["best_other"]] == ["DFedAvgM"]
+    assert "| RR4 | FashionMNIST 5-SPC | DFedAvgM (best other) | 3 |" in edgedrm_paired_markdown(
+        edgedrm_paired(rows)
+    )
     assert out["FedDRM"]["diff"] == pytest.approx(-28 / 3)
     assert out["FedDRM"]["verdict"] == WORSE
 
