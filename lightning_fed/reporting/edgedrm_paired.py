@@ -34,7 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from lightning_fed.reporting.edgedrm_tables import REFERENCE_GROUP, REFERENCE_METHODS, graph_order
-from lightning_fed.reporting.paired import paired_comparison
+from lightning_fed.reporting.paired import format_interval, paired_comparison
 
 __all__ = ["OURS", "edgedrm_paired", "edgedrm_paired_markdown"]
 
@@ -107,14 +107,6 @@ def edgedrm_paired(rows: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(out)
 
 
-def _interval(r: dict) -> str:
-    if r["diff"] is None:
-        return "-"
-    if r["ci_low"] is None:
-        return f"{r['diff']:+.2f}"
-    return f"{r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
-
-
 def edgedrm_paired_markdown(paired: pl.DataFrame) -> str:
     """:func:`edgedrm_paired` as markdown: one row per (graph, setting, comparator)."""
     if paired.height == 0:
@@ -127,7 +119,6 @@ def edgedrm_paired_markdown(paired: pl.DataFrame) -> str:
     for r in paired.iter_rows(named=True):
         label = f"{r['method']} (best other)" if r["best_other"] else r["method"]
         setting = f"{r['dataset']} {r['partition']}" + (f" ({r['clients']} clients)" if mixed else "")
-        lines.append(
-            f"| {r['graph']} | {setting} | {label} | {r['seeds']} | {_interval(r)} | {r['verdict']} |"
-        )
+        text = format_interval(r["diff"], r["ci_low"], r["ci_high"])
+        lines.append(f"| {r['graph']} | {setting} | {label} | {r['seeds']} | {text} | {r['verdict']} |")
     return "\n".join(lines) + "\n"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lightning_fed.reporting.paired import PairedDifference, paired_comparison
+from lightning_fed.reporting.paired import PairedDifference, format_interval, paired_comparison
 from lightning_fed.reporting.referral import referral_runs
 
 __all__ = ["lambda_markdown", "lambda_paired", "lambda_paired_markdown", "lambda_rows", "lambda_table"]
@@ -105,11 +105,8 @@ def _seeds(part: pl.DataFrame, column: str) -> dict[int, float]:
 
 
 def _ci(d: PairedDifference) -> str:
-    if d.mean is None:
-        return "-"
-    if d.ci_low is None:
-        return f"{d.mean:+.2f} ({d.verdict})"
-    return f"{d.mean:+.2f} [{d.ci_low:+.2f}, {d.ci_high:+.2f}] ({d.verdict})"
+    text = format_interval(d.mean, d.ci_low, d.ci_high)
+    return text if d.mean is None else f"{text} ({d.verdict})"
 
 
 def lambda_paired(rows: pl.DataFrame, reference: float | None = None) -> pl.DataFrame:

@@ -28,6 +28,7 @@ __all__ = [
     "WITHIN_NOISE",
     "WORSE",
     "PairedDifference",
+    "format_interval",
     "paired_ci",
     "paired_comparison",
     "paired_values",
@@ -274,3 +275,12 @@ def paired_comparison(
         return PairedDifference(len(diffs), mean, None, None, NOT_APPLICABLE)
     mean, low, high = paired_ci(diffs, level)
     return PairedDifference(len(diffs), mean, low, high, verdict(low, high))
+
+
+def format_interval(mean: float | None, low: float | None, high: float | None) -> str:
+    """``"+d [+low, +high]"`` (2 decimals, signed); ``"+d"`` without an interval; ``"-"`` without a mean."""
+    if mean is None:
+        return "-"
+    if low is None or high is None:
+        return f"{mean:+.2f}"
+    return f"{mean:+.2f} [{low:+.2f}, {high:+.2f}]"

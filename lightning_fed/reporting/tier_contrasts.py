@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from lightning_fed.reporting.paired import paired_comparison
+from lightning_fed.reporting.paired import format_interval, paired_comparison
 
 __all__ = ["QUANTITIES", "tier_contrasts", "tier_contrasts_markdown"]
 
@@ -80,12 +80,7 @@ def tier_contrasts_markdown(contrasts: pl.DataFrame) -> str:
         return ""
     lines = ["| contrast | quantity | seeds | difference [95 % CI] | verdict |", "|---|---|---|---|---|"]
     for r in contrasts.iter_rows(named=True):
-        if r["diff"] is None:
-            text = "-"
-        elif r["ci_low"] is None:
-            text = f"{r['diff']:+.2f}"
-        else:
-            text = f"{r['diff']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
+        text = format_interval(r["diff"], r["ci_low"], r["ci_high"])
         lines.append(
             f"| {r['contrast']} | {QUANTITIES[r['quantity']]} | {r['seeds']} | {text} | {r['verdict']} |"
         )
