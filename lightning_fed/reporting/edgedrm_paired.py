@@ -34,7 +34,7 @@ from __future__ import annotations
 import polars as pl
 
 from lightning_fed.reporting.edgedrm_tables import REFERENCE_GROUP, REFERENCE_METHODS, graph_order
-from lightning_fed.reporting.paired import format_interval, paired_comparison
+from lightning_fed.reporting.paired import by_seed, format_interval, paired_comparison
 
 __all__ = ["OURS", "edgedrm_paired", "edgedrm_paired_markdown"]
 
@@ -47,7 +47,7 @@ _SETTING = ("dataset", "partition", "clients")
 
 def _by_seed(cell: pl.DataFrame, method: str) -> dict[int, float]:
     part = cell.filter(pl.col("method") == method)
-    return {int(s): float(a) for s, a in zip(part["seed"], part["accuracy"], strict=True)}
+    return by_seed(part["seed"], part["accuracy"])
 
 
 def _row(graph: str, setting: tuple, role: str, method: str, ours: dict, theirs: dict) -> dict:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import polars as pl
 
-from lightning_fed.reporting.paired import PairedDifference, format_interval, paired_comparison
+from lightning_fed.reporting.paired import PairedDifference, by_seed, format_interval, paired_comparison
 from lightning_fed.reporting.referral import referral_runs
 
 __all__ = ["lambda_markdown", "lambda_paired", "lambda_paired_markdown", "lambda_rows", "lambda_table"]
@@ -100,10 +100,6 @@ def lambda_markdown(table: pl.DataFrame) -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-def _seeds(part: pl.DataFrame, column: str) -> dict[int, float]:
-    return {int(s): float(v) for s, v in zip(part["seed"], part[column], strict=True)}
-
-
 def _ci(d: PairedDifference) -> str:
     text = format_interval(d.mean, d.ci_low, d.ci_high)
     return text if d.mean is None else f"{text} ({d.verdict})"
@@ -134,10 +130,11 @@ def lambda_paired(rows: pl.DataFrame, reference: float | None = None) -> pl.Data
         for lam in sorted(set(part["lam"])):
             here = part.filter(pl.col("lam") == lam)
             row = {**dict(zip(_SETTING, key, strict=True)), "lam": lam, "seeds": here["seed"].n_unique()}
+            ours = {c: by_seed(here["seed"], here[c]) for c in ("edgedrm", "nr", "gain")}
             diffs = {
-                "edgedrm": paired_comparison(_seeds(here, "edgedrm"), _seeds(base, "edgedrm")),
-                "nr": paired_comparison(_seeds(here, "nr"), _seeds(base, "nr")),
-                "gain": paired_comparison(_seeds(here, "gain"), dict.fromkeys(_seeds(here, "gain"), 0.0)),
+                "edgedrm": paired_comparison(ours["edgedrm"], by_seed(base["seed"], base["edgedrm"])),
+                "nr": paired_comparison(ours["nr"], by_seed(base["seed"], base["nr"])),
+                "gain": paired_comparison(ours["gain"], dict.fromkeys(ours["gain"], 0.0)),
             }
             for c, d in diffs.items():
                 row |= {

@@ -28,6 +28,7 @@ __all__ = [
     "WITHIN_NOISE",
     "WORSE",
     "PairedDifference",
+    "by_seed",
     "format_interval",
     "paired_ci",
     "paired_comparison",
@@ -172,6 +173,32 @@ def t_quantile(p: float, df: float) -> float:
     num, den = (1.0 - v, v) if on_tails else (v, 1.0 - v)
     t = math.sqrt(df * num / den) if den > 0 else math.inf  # inf: beyond the largest float
     return t if p > 0.5 else -t
+
+
+def by_seed(seeds: Sequence[int], values: Sequence[float | None]) -> dict[int, float | None]:
+    """Pair a seed column with a value column: the ``seed -> value`` mapping the comparisons take.
+
+    Args:
+        seeds: One seed per run (a table's ``seed`` column).
+        values: The metric of the same runs, in the same order; a missing value stays ``None``
+            (:func:`paired_values` leaves that seed out).
+
+    Returns:
+        ``{seed: value}`` with the seeds as ``int`` and the values as ``float`` (or ``None``).
+
+    Raises:
+        ValueError: If the two columns differ in length, or a seed appears twice (two runs of one
+            method at one seed cannot be paired with one run of another).
+    """
+    seeds, values = list(seeds), list(values)
+    if len(seeds) != len(values):
+        raise ValueError(f"by_seed: {len(seeds)} seeds but {len(values)} values; pass two columns of a table")
+    out: dict[int, float | None] = {}
+    for s, v in zip(seeds, values, strict=True):
+        if int(s) in out:
+            raise ValueError(f"by_seed: seed {int(s)} appears twice; filter the table to one run per seed")
+        out[int(s)] = None if v is None else float(v)
+    return out
 
 
 def paired_values(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from lightning_fed.reporting.paired import format_interval, paired_comparison
+from lightning_fed.reporting.paired import by_seed, format_interval, paired_comparison
 
 __all__ = ["QUANTITIES", "tier_contrasts", "tier_contrasts_markdown"]
 
@@ -33,7 +33,7 @@ _LAYERED, _SHORTCUT = "Tiers-layered", "Tiers-shortcut"
 
 def _values(rows: pl.DataFrame, graph: str, condition: str, column: str) -> dict[int, float]:
     part = rows.filter((pl.col("graph") == graph) & (pl.col("condition") == condition))
-    return {int(s): float(v) for s, v in zip(part["seed"], part[column], strict=True)}
+    return by_seed(part["seed"], part[column])
 
 
 def tier_contrasts(rows: pl.DataFrame) -> pl.DataFrame:

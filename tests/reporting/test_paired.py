@@ -12,6 +12,7 @@ from lightning_fed.reporting.paired import (
     NOT_APPLICABLE,
     WITHIN_NOISE,
     WORSE,
+    by_seed,
     paired_ci,
     paired_comparison,
     paired_values,
@@ -152,3 +153,21 @@ def test_verdicts() -> None:
     assert verdict(None, None) == NOT_APPLICABLE
     same = paired_comparison({0: 0.7, 1: 0.8}, {0: 0.6, 1: 0.7})  # d = [0.1, 0.1]: s_d ~ 0, CI ~ [0.1, 0.1]
     assert same.verdict == BETTER and same.mean == pytest.approx(0.1)
+
+
+def test_by_seed_pairs_columns_and_keeps_missing_values() -> None:
+    import polars as pl
+
+    frame = pl.DataFrame({"seed": [2026, 2025, 2027], "acc": [71.5, 70.0, None]})
+    got = by_seed(frame["seed"], frame["acc"])
+    assert got == {2026: 71.5, 2025: 70.0, 2027: None}
+    assert all(type(k) is int for k in got) and all(type(v) is float for v in got.values() if v is not None)
+    # The missing seed drops out of the pairing, as paired_values documents.
+    assert paired_values(got, {2025: 69.0, 2026: 70.5, 2027: 1.0}) == ([2025, 2026], [1.0, 1.0])
+
+
+def test_by_seed_refuses_ambiguous_input() -> None:
+    with pytest.raises(ValueError, match="seed 2025 appears twice"):
+        by_seed([2025, 2025], [1.0, 2.0])
+    with pytest.raises(ValueError, match="2 seeds but 1 values"):
+        by_seed([2025, 2026], [1.0])
