@@ -57,3 +57,19 @@ def test_the_table1_grid_has_the_papers_cells() -> None:
         "fmnist-dir03-dispfl-cycle-seed2026",
         "fmnist-dir03-fedspd-cycle-seed2026",
     ]
+
+
+def test_the_table2_sweeps_together_have_the_papers_cells() -> None:
+    """32 clients x 2 partitions x RR4 x (EdgeDRM, DisPFL, FedSPD) + Local per partition in the main
+    sweep, FedDRM per partition in its own sweep, both into one folder with distinct run names."""
+    main, ref = (
+        yaml.safe_load((ROOT / "configs" / "sweeps" / f"{n}.yaml").read_text())
+        for n in ("edgedrm_table2_cpu", "edgedrm_table2_feddrm_cpu")
+    )
+    runs = plan([], main["seeds"], main["output"], main["refer"], main["refer_baselines"], main["grids"])
+    feddrm = plan([], ref["seeds"], ref["output"], grids=ref["grids"])
+    assert main["output"] == ref["output"] and main["seeds"] == ref["seeds"] == [2025, 2026, 2027]
+    assert len(runs) == 3 * (2 * 3 + 2) and len(feddrm) == 3 * 2
+    assert not {r.name for r in runs} & {r.name for r in feddrm}
+    assert all("-feddrm-" in r.name and r.refer_baselines is None for r in feddrm)
+    assert not [r for r in runs if "-feddrm-" in r.name]
