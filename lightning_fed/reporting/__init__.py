@@ -83,8 +83,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
         the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
-        with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout, then each ``lambda``
-        against 0.9 paired by seed).
+        with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout with the share of walks
+        reaching the source, then each ``lambda`` against 0.9 paired by seed) and ``lambda_table.png``.
 
     Raises:
         ValueError: If ``root`` holds no run directory, or ``reference`` is not among its methods.
@@ -140,17 +140,21 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
                 lambda_markdown,
                 lambda_paired,
                 lambda_paired_markdown,
+                lambda_plot,
                 lambda_rows,
                 lambda_table,
             )
 
             sweep = lambda_rows(root)
             if sweep.height and sweep["lam"].n_unique() > 1:
-                text = lambda_markdown(lambda_table(sweep))
+                lam_table = lambda_table(sweep)
+                text = lambda_markdown(lam_table)
                 paired = lambda_paired_markdown(lambda_paired(sweep))
                 written["lambda_table.md"] = write_text(
                     out / "lambda_table.md", text + ("\n" + paired if paired else "")
                 )
+                lambda_plot(lam_table, out / "lambda_table.png")
+                written["lambda_table.png"] = out / "lambda_table.png"
         if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
             tier_share_plot(referrals, out / "referral_tiers.png")
             written["referral_tiers.png"] = out / "referral_tiers.png"

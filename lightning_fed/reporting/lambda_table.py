@@ -14,25 +14,43 @@ EdgeDRM's and EdgeDRM-NR's accuracy minus those of the primary ``lambda`` (0.9) 
 and setting (the two share the stage-I model, so the difference is the stage-II fit's), with a 95 %
 Student-t interval and verdict (:func:`~lightning_fed.reporting.paired.paired_comparison`), and the
 referral gain's own interval (gain > 0: referral helps at that ``lambda``).
+
+Table 5 has no mechanism column; :func:`lambda_markdown` adds one where the referral tables record it:
+``Reached``, the % of EdgeDRM's walks that visit the query's source client (``source_reached``), so a
+change of accuracy with ``lambda`` reads as routing that finds the source more or less often.
+:func:`lambda_plot` draws the table (``lambda_table.png``): EdgeDRM and EdgeDRM-NR accuracy +/- SD
+against ``lambda`` in one panel, calls per query and the share of walks reaching the source in two more.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from lightning_fed.reporting.paired import PairedDifference, by_seed, format_interval, paired_comparison
 from lightning_fed.reporting.referral import referral_runs
 
-__all__ = ["lambda_markdown", "lambda_paired", "lambda_paired_markdown", "lambda_rows", "lambda_table"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "lambda_markdown",
+    "lambda_paired",
+    "lambda_paired_markdown",
+    "lambda_plot",
+    "lambda_rows",
+    "lambda_table",
+]
 
 _SETTING = ["dataset", "partition", "clients", "graph"]
 
 
 def lambda_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
     """One row per EdgeDRM run under ``root``: ``run``, the setting columns, ``lam``, ``seed``,
-    ``edgedrm``, ``nr`` (accuracy in percent with prediction rule ``rule``), ``gain`` and ``calls``."""
+    ``edgedrm``, ``nr`` (accuracy in percent with prediction rule ``rule``), ``gain``, ``calls`` and
+    ``reached`` (EdgeDRM's ``source_reached`` in percent; null where the table predates it)."""
     from lightning_fed.reporting.edgedrm_tables import run_lambda, run_setting
 
     rows = []
@@ -53,9 +71,14 @@ def lambda_rows(root: Path, rule: str = "weighted history") -> pl.DataFrame:
                 "nr": nr,
                 "gain": edgedrm - nr,
                 "calls": float(found["EdgeDRM"]["calls_per_query"]),
+                "reached": _maybe_float(found["EdgeDRM"].get("source_reached")),
             }
         )
-    return pl.DataFrame(rows)
+    return pl.DataFrame(rows, schema_overrides={"reached": pl.Float64()}) if rows else pl.DataFrame()
+
+
+def _maybe_float(value: object) -> float | None:
+    return None if value is None else float(value)
 
 
 def lambda_table(rows: pl.DataFrame) -> pl.DataFrame:
@@ -63,7 +86,7 @@ def lambda_table(rows: pl.DataFrame) -> pl.DataFrame:
     if rows.height == 0:
         return pl.DataFrame()
     keys = ["dataset", "partition", "clients", "graph", "lam"]
-    columns = ("edgedrm", "nr", "gain", "calls")
+    columns = ("edgedrm", "nr", "gain", "calls", "reached")
     return (
         rows.group_by(keys)
         .agg(
@@ -76,28 +99,82 @@ def lambda_table(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def lambda_markdown(table: pl.DataFrame) -> str:
-    """:func:`lambda_table` as Table 5 (one block per setting; ``mean ± SD``); "" without rows."""
+    """:func:`lambda_table` as Table 5 (one block per setting; ``mean ± SD``), then ``Reached (%)``
+    when any run records it; "" without rows."""
     if table.height == 0:
         return ""
 
     def cell(r: dict, c: str) -> str:
         mean, sd = r[f"{c}_mean"], r[f"{c}_sd"]
+        if mean is None:
+            return "-"
         return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
 
-    head = "| lambda | EdgeDRM | EdgeDRM-NR | Referral gain | Calls | Seeds |\n|---|---|---|---|---|---|"
+    columns = ["edgedrm", "nr", "gain", "calls"]
+    names = ["EdgeDRM", "EdgeDRM-NR", "Referral gain", "Calls"]
+    if table["reached_mean"].drop_nulls().len():
+        columns, names = [*columns, "reached"], [*names, "Reached (%)"]
+    head = "| lambda | " + " | ".join(names) + " | Seeds |\n|" + "---|" * (len(names) + 2)
     blocks = []
     for key, part in table.group_by(["dataset", "partition", "clients", "graph"], maintain_order=True):
         dataset, partition, clients, graph = key
         lines = [f"{dataset} / {partition}, {clients} clients, {graph}:", "", head]
         for r in part.sort("lam").iter_rows(named=True):
-            values = [
-                f"{r['lam']:.2f}",
-                *(cell(r, c) for c in ("edgedrm", "nr", "gain", "calls")),
-                str(r["seeds"]),
-            ]
+            values = [f"{r['lam']:.2f}", *(cell(r, c) for c in columns), str(r["seeds"])]
             lines.append("| " + " | ".join(values) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
+
+
+def lambda_plot(table: pl.DataFrame, path: str | Path | None = None) -> Figure:
+    """Table 5 as a figure: per setting (a line style each), EdgeDRM and EdgeDRM-NR accuracy (mean ± SD
+    over seeds) against ``lambda``; calls per query; the % of EdgeDRM walks reaching the source.
+
+    Raises:
+        ValueError: If ``table`` has no rows.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from lightning_fed.reporting.plots import _save
+
+    if table.height == 0:
+        raise ValueError("lambda_plot: the lambda table has no rows (no EdgeDRM run with a referral.csv)")
+    fig = Figure(figsize=(11.0, 3.4))
+    FigureCanvasAgg(fig)
+    acc, calls, reached = (fig.add_subplot(1, 3, k) for k in (1, 2, 3))
+    styles = ("-", "--", ":", "-.")
+    for k, (key, part) in enumerate(
+        table.group_by(["dataset", "partition", "clients", "graph"], maintain_order=True)
+    ):
+        part = part.sort("lam")
+        tag, ls, lam = f"{key[1]}, {key[2]} clients, {key[3]}", styles[k % len(styles)], part["lam"].to_list()
+        for column, label, colour in (("edgedrm", "EdgeDRM", "C0"), ("nr", "EdgeDRM-NR", "C1")):
+            sd = part[f"{column}_sd"].fill_null(0.0).to_list()
+            acc.errorbar(
+                lam,
+                part[f"{column}_mean"].to_list(),
+                yerr=sd,
+                ls=ls,
+                color=colour,
+                marker="o",
+                ms=3,
+                capsize=2,
+                label=f"{label} ({tag})",
+            )
+        calls.plot(lam, part["calls_mean"].to_list(), ls=ls, color="C0", marker="o", ms=3, label=tag)
+        if part["reached_mean"].drop_nulls().len():
+            reached.plot(lam, part["reached_mean"].to_list(), ls=ls, color="C2", marker="o", ms=3, label=tag)
+    acc.set(xlabel="lambda", ylabel="accuracy (%)", title="accuracy (mean ± SD)")
+    calls.set(xlabel="lambda", ylabel="classifier calls / query", title="EdgeDRM calls")
+    reached.set(xlabel="lambda", ylabel="walks reaching the source (%)", title="EdgeDRM reaches the source")
+    for ax in (acc, calls, reached):
+        ax.grid(alpha=0.3)
+    acc.legend(fontsize=6)
+    fig.tight_layout()
+    if path is not None:
+        _save(fig, Path(path))
+    return fig
 
 
 def _ci(d: PairedDifference) -> str:

@@ -29,7 +29,9 @@ def _row(router: str, rule: str, accuracy: float, calls: float) -> dict:
     return {"router": router, "prediction_rule": rule, "accuracy": accuracy, "calls_per_query": calls}
 
 
-def _run(root: Path, lam: float, seed: int, edgedrm: float, nr: float, calls: float) -> None:
+def _run(
+    root: Path, lam: float, seed: int, edgedrm: float, nr: float, calls: float, reached: float | None = None
+) -> None:
     run = root / f"lam{int(lam * 100):03d}-seed{seed}"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({}))
@@ -49,6 +51,8 @@ def _run(root: Path, lam: float, seed: int, edgedrm: float, nr: float, calls: fl
             "calls_per_query": 1.0,
         },
     ]
+    if reached is not None:  # tables written before source_reached existed lack the column
+        rows = [r | {"source_reached": reached if r["router"] == "EdgeDRM" else 0.0} for r in rows]
     pl.DataFrame(rows).write_csv(run / "referral.csv")
 
 
@@ -109,3 +113,30 @@ def test_each_lambda_against_0_9_paired_by_seed(tmp_path: Path) -> None:
         f"| 0.10 | -5.00 [-7.48, -2.52] (worse) | +5.00 [+{5 - half:.2f}, +{5 + half:.2f}] (better) |" in md
     )
     assert lambda_paired(lambda_rows(tmp_path).filter(pl.col("lam") == 0.1)).height == 0
+
+
+def test_reached_column_and_the_plot(tmp_path: Path) -> None:
+    """With ``source_reached`` recorded: lambda 0.1 reaches the source in 4 % and 6 % of walks (mean 5,
+    SD sqrt(2) = 1.41), lambda 0.9 in 10 % twice (SD 0); the column sits after Calls. Without the column
+    (the fixtures above) the table keeps Table 5's five columns."""
+    from lightning_fed.reporting.lambda_table import lambda_plot
+
+    _run(tmp_path, 0.1, 2025, 0.50, 0.30, 1.2, reached=4.0)
+    _run(tmp_path, 0.1, 2026, 0.54, 0.40, 1.0, reached=6.0)
+    _run(tmp_path, 0.9, 2025, 0.50, 0.25, 1.5, reached=10.0)
+    _run(tmp_path, 0.9, 2026, 0.50, 0.25, 1.5, reached=10.0)
+    table = lambda_table(lambda_rows(tmp_path))
+    md = lambda_markdown(table)
+    assert "| lambda | EdgeDRM | EdgeDRM-NR | Referral gain | Calls | Reached (%) | Seeds |" in md
+    assert "| 0.10 | 52.00 ± 2.83 | 35.00 ± 7.07 | 17.00 ± 4.24 | 1.10 ± 0.14 | 5.00 ± 1.41 | 2 |" in md
+    assert "| 0.90 | 50.00 ± 0.00 | 25.00 ± 0.00 | 25.00 ± 0.00 | 1.50 ± 0.00 | 10.00 ± 0.00 | 2 |" in md
+    path = tmp_path / "out" / "lambda_table.png"
+    lambda_plot(table, path)
+    assert path.read_bytes().startswith(b"\x89PNG") and path.stat().st_size > 1000
+    with pytest.raises(ValueError, match="lambda table has no rows"):
+        lambda_plot(pl.DataFrame())
+
+    old = tmp_path / "old"
+    _run(old, 0.1, 2025, 0.50, 0.30, 1.2)
+    _run(old, 0.9, 2025, 0.60, 0.25, 1.2)
+    assert "Reached" not in lambda_markdown(lambda_table(lambda_rows(old)))
