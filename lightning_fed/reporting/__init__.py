@@ -79,7 +79,9 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
         decentralized method and FedDRM per graph and setting, paired over seeds, 95 % t interval and
         verdict), ``referral_reach.md`` (per graph and setting, the share of test queries whose source
-        is within L moves of the entry, and the share each router's walks reach it) and, with
+        is within L moves of the entry, and the share each router's walks reach it),
+        ``edgedrm_checkpoints.md`` (per setting, graph and ``lambda``: the encoder gap between
+        neighbours, the stage-II head shift and the potential norm, read from the checkpoints) and, with
         hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
         the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
@@ -136,6 +138,11 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
             reach = reach_markdown(reach_table(reach_rows(root)))
             if reach:
                 written["referral_reach.md"] = write_text(out / "referral_reach.md", reach)
+            from lightning_fed.reporting import edgedrm_checkpoints as ec
+
+            states = ec.checkpoint_markdown(ec.checkpoint_table(ec.checkpoint_rows(root)))
+            if states:
+                written["edgedrm_checkpoints.md"] = write_text(out / "edgedrm_checkpoints.md", states)
             from lightning_fed.reporting.lambda_table import (
                 lambda_markdown,
                 lambda_paired,
