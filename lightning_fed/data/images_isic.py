@@ -4,8 +4,14 @@ The split CSV (FLamby's ``train_test_split``) has one row per image with columns
 with or without extension), ``center`` (source center id), ``label`` (class id 0..7; FLamby's ``target``
 is accepted too) and ``fold`` (``train`` or ``test``). Each center is one client (natural partition).
 A center's ``test`` fold is its test split; its ``train`` fold is split, stratified by class and seeded,
-into ``1 - val_fraction`` training and ``val_fraction`` validation (App. D.3.1 targets a 20 % validation
-share within center-class cells; its lesion-grouped audit needs lesion ids this CSV does not hold).
+into ``1 - val_fraction`` training and ``val_fraction`` validation.
+
+With ``metadata_csv`` (the ISIC2019 training metadata: columns ``image`` and ``lesion_id``) the split
+follows App. D.3.1 instead (:mod:`lightning_fed.data.isic_audit`). Images are grouped by lesion id
+and by byte-identical files, plus any ``links`` given. Training images whose group reaches the test
+fold are removed, and so are training groups with conflicting labels. The rest is split by group
+within center-class cells, with ``audit_seed`` (the paper: 42). :meth:`ISIC2019.audit_counts` gives
+the paper's Table 7 (train / validation / test / excluded per center).
 
 Images are read with Pillow, converted to RGB, resized with bilinear interpolation so the shorter
 side is ``size`` and centre-cropped to ``size x size`` (the paper's deterministic evaluation view;
@@ -26,6 +32,16 @@ from lightning_fed.data.center import FederatedData, stratified_split
 from lightning_fed.data.images import RGB, image_center, image_options
 from lightning_fed.data.images_partition import subsample
 from lightning_fed.data.images_transforms import client_transforms
+from lightning_fed.data.isic_audit import (
+    EXCLUDED,
+    TEST,
+    TRAIN,
+    VAL,
+    Audit,
+    audit_split,
+    file_digests,
+    link_groups,
+)
 from lightning_fed.seeding import numpy_rng
 from lightning_fed.validation import check_int, check_number
 
@@ -67,6 +83,11 @@ class ISIC2019(DataSource):
         transforms: Also apply the App. D.1 colour transforms (off by default: the centers differ naturally).
         max_per_client: Keep at most this many images per center (seeded, before the split), or None.
         seed: Fixes the data while training seeds vary; None = run seed.
+        metadata_csv: ISIC2019 training metadata (``image``, ``lesion_id``): run the App. D.3.1 audit
+            and grouped split (module docstring); None: a stratified split of each train fold.
+        links: Extra duplicate pairs ``[[image_a, image_b], ...]`` linked by the audit (the paper's
+            visually confirmed near duplicate), by image name without extension; needs ``metadata_csv``.
+        audit_seed: Seed of the audit's grouped split (the paper: 42); it does not vary with the run.
     """
 
     def __init__(
@@ -79,6 +100,9 @@ class ISIC2019(DataSource):
         transforms: bool = False,
         max_per_client: int | None = None,
         seed: int | None = None,
+        metadata_csv: str | None = None,
+        links: list[list[str]] | None = None,
+        audit_seed: int = 42,
     ) -> None:
         self.size = check_int("data.size", size, 8)
         self.num_classes = check_int("data.num_classes", num_classes, 2)
@@ -94,6 +118,58 @@ class ISIC2019(DataSource):
                 f"data.split_csv={split_csv!r} not found: point it at FLamby's ISIC2019 split CSV"
             )
         self._paths, self._centers, self._labels, self._test = self._read_split()
+        self.audit_seed = check_int("data.audit_seed", audit_seed, 0)
+        if links and metadata_csv is None:
+            raise ValueError("data.links needs data.metadata_csv (the links extend the lesion audit)")
+        self.metadata_csv = None if metadata_csv is None else str(metadata_csv)
+        self._audit = None if metadata_csv is None else self._run_audit(links or [])
+
+    def _run_audit(self, links: list[list[str]]) -> Audit:
+        if not Path(self.metadata_csv).is_file():
+            raise ValueError(
+                f"data.metadata_csv={self.metadata_csv!r} not found: point it at the ISIC2019 metadata CSV"
+            )
+        with open(self.metadata_csv, newline="") as fh:
+            meta = list(csv.DictReader(fh))
+        if not meta or not {"image", "lesion_id"} <= set(meta[0]):
+            raise ValueError(
+                f"data.metadata_csv={self.metadata_csv!r} needs columns image, lesion_id "
+                f"(has {sorted(meta[0]) if meta else 'no rows'})"
+            )
+        lesion = {Path(r["image"].strip()).stem: (r["lesion_id"] or "").strip() for r in meta}
+        names = [p.stem for p in self._paths]
+        known = set(names)
+        for pair in links:
+            if len(pair) != 2 or not set(pair) <= known:
+                raise ValueError(f"data.links: {pair!r} must be two image names of data.split_csv")
+        linked: dict[str, list[str]] = {}
+        for k, (a, b) in enumerate(links):
+            linked.setdefault(a, []).append(f"link:{k}")
+            linked.setdefault(b, []).append(f"link:{k}")
+        digests = file_digests(self._paths)
+        keys = [
+            (f"lesion:{lesion[n]}" if lesion.get(n) else None, f"file:{d}", *linked.get(n, []))
+            for n, d in zip(names, digests, strict=True)
+        ]
+        return audit_split(
+            link_groups(keys), self._labels, self._centers, self._test, self.val_fraction, self.audit_seed
+        )
+
+    def audit_counts(self) -> list[dict[str, object]]:
+        """Per center (sorted), the audited ``train`` / ``val`` / ``test`` / ``excluded`` image counts
+        (the paper's Table 7); ``[]`` without ``metadata_csv``."""
+        if self._audit is None:
+            return []
+        names = sorted(set(self._centers.tolist()), key=_center_key)
+        role = self._audit.role
+        return [
+            {"center": name}
+            | {
+                k: int(((self._centers == name) & (role == r)).sum())
+                for k, r in (("train", TRAIN), ("val", VAL), ("test", TEST), ("excluded", EXCLUDED))
+            }
+            for name in names
+        ]
 
     def _read_split(self) -> tuple[list[Path], np.ndarray, np.ndarray, np.ndarray]:
         with open(self.split_csv, newline="") as fh:
@@ -143,18 +219,28 @@ class ISIC2019(DataSource):
         colours = client_transforms(3, len(names)) if self.transforms else None
         centers = []
         for k, name in enumerate(names):
-            rows = subsample(np.flatnonzero(self._centers == name), self.max_per_client, seed, k)
+            kept = (
+                self._centers == name
+                if self._audit is None
+                else (self._centers == name) & (self._audit.role != EXCLUDED)
+            )
+            rows = subsample(np.flatnonzero(kept), self.max_per_client, seed, k)
             train_fold, test_fold = rows[~self._test[rows]], rows[self._test[rows]]
             if len(train_fold) < 2 or len(test_fold) < 1:
                 raise ValueError(
                     f"center {name!r} keeps {len(train_fold)} train-fold and {len(test_fold)} test-fold "
                     "images: raise data.max_per_client"
                 )
-            fractions = (1.0 - self.val_fraction, self.val_fraction)
-            tr, va = stratified_split(self._labels[train_fold], fractions, numpy_rng(seed, "split", k))
-            local = np.concatenate([train_fold[tr], train_fold[va], test_fold])
+            if self._audit is None:
+                fractions = (1.0 - self.val_fraction, self.val_fraction)
+                tr, va = stratified_split(self._labels[train_fold], fractions, numpy_rng(seed, "split", k))
+                train_rows, val_rows = train_fold[tr], train_fold[va]
+            else:
+                train_rows = train_fold[self._audit.role[train_fold] == TRAIN]
+                val_rows = train_fold[self._audit.role[train_fold] == VAL]
+            local = np.concatenate([train_rows, val_rows, test_fold])
             images = np.stack([load_square_rgb(self._paths[i], self.size) for i in local])
-            bounds = np.cumsum([len(tr), len(va)])
+            bounds = np.cumsum([len(train_rows), len(val_rows)])
             parts = np.split(np.arange(len(local)), bounds)
             centers.append(
                 image_center(
