@@ -541,10 +541,12 @@ def refer(argv: Sequence[str]) -> Any:
     )
     cli.add_argument(
         "--queries",
-        type=Literal["test", "panel"] | None,
+        type=Literal["test", "every-entry", "panel"] | None,
         default=None,
-        help="test: the clients' test rows; panel: the tier experiment's fixed panel (the config's "
-        "lightning_fed.referral.panel.QueryPanel, else 200 images x 64 arrivals); default: the config's",
+        help="test: the clients' test rows, each at one non-source entry; every-entry: each test row at "
+        "every client (the ISIC2019 protocol, pooled balanced accuracy); panel: the tier experiment's "
+        "fixed panel (the config's lightning_fed.referral.panel.QueryPanel, else 200 images x 64 "
+        "arrivals); default: the config's",
     )
     args = cli.parse_args(_gather_list(list(argv), "--baselines"))
     routers = _instantiate(cli, args).routers

@@ -1,31 +1,40 @@
-"""Referral queries: the clients' test rows, or a fixed diagnostic panel (EdgeDRM App. D.1, Table 4).
+"""Referral queries: the clients' test rows, every row at every entry, or a fixed diagnostic panel.
 
-Two query modes feed :func:`lightning_fed.referral.refer.refer`:
+Three query modes feed :func:`lightning_fed.referral.refer.refer`:
 
 - ``test`` (the default): every client's test rows, each entering at a client other than its source
   (:func:`~lightning_fed.referral.refer.draw_entries`).
-- ``panel``: the hospital-tier protocol. "The common diagnostic panel contains 20 official test images
-  per class. Each of the 200 distinct images is reused in 64 arrival records, yielding 12,800 records
-  with exactly uniform entry counts across hospitals. Seeds 2025-2027 vary training and entry
-  assignments." :class:`QueryPanel` draws ``images / K`` images of every class ``k`` from the pooled
-  test splits of the *untransformed* federation (the same partition and splits built with
-  ``data.transforms=false``: a common panel image carries no client's colour transform), repeats each
-  in ``records`` arrival records, and deals the ``images x records`` entries so that every client is
-  the entry of exactly ``images x records / C`` of them, in a seeded random order. Both draws depend
-  on the run seed only (``(seed, "referral_panel")`` and ``(seed, "referral_panel_entry")``), never on
-  the graph, so the layered and shortcut runs of one seed share the panel and its arrival records.
-  With uniform entries EdgeDRM-NR's peak share is exactly ``100 / C`` percent (3.125 % for 32).
+- ``every-entry``: the ISIC2019 protocol (EdgeDRM Sec. 5.4, App. D.3): "Every test image is evaluated
+  at all six entry clients, and we report pooled balanced accuracy". :func:`every_entry_queries` puts
+  test row ``i`` at every client ``s`` (query ``i * C + s``), so every class's rows count ``C`` times
+  and the table's balanced accuracy is the paper's
+  ``BA = 1/K sum_k 1/(C |T_k|) sum_{(x, y) in T_k} sum_s 1{y_hat(x, s) = y}``. A run config asks for
+  it with the :class:`EveryEntry` callback.
+- ``panel``: the hospital-tier protocol (App. D.1, Table 4). "The common diagnostic panel contains
+  20 official test images per class. Each of the 200 distinct images is reused in 64 arrival
+  records, yielding 12,800 records with exactly uniform entry counts across hospitals. Seeds
+  2025-2027 vary training and entry assignments." :class:`QueryPanel` draws ``images / K`` images of
+  every class ``k`` from the pooled test splits of the *untransformed* federation (the same
+  partition and splits built with ``data.transforms=false``: a common panel image carries no
+  client's colour transform), repeats each in ``records`` arrival records, and deals the ``images x
+  records`` entries so that every client is the entry of exactly ``images x records / C`` of them,
+  in a seeded random order. Both draws depend on the run seed only (``(seed, "referral_panel")`` and
+  ``(seed, "referral_panel_entry")``), never on the graph, so the layered and shortcut runs of one
+  seed share the panel and its arrival records. With uniform entries EdgeDRM-NR's peak share is
+  exactly ``100 / C`` percent (3.125 % for 32).
 
-A run asks for the panel in its config, where ``lightning-fed refer`` (and the sweep's referral
-step) read it::
+A run asks for the panel (or every entry) in its config, where ``lightning-fed refer`` (and the
+sweep's referral step) read it::
 
     callbacks:
       - class_path: lightning_fed.referral.panel.QueryPanel
         init_args: {images: 200, records: 64}
+      # or: - class_path: lightning_fed.referral.panel.EveryEntry
 
 As a callback it only checks, before the first round, that the panel fits the federation (``K``
 divides ``images``, ``C`` divides ``images x records``, enough test images of every class), so a
-misfit fails before training rather than after it. ``refer --queries test|panel`` overrides it.
+misfit fails before training rather than after it. ``refer --queries test|every-entry|panel``
+overrides the config.
 """
 
 from __future__ import annotations
@@ -43,10 +52,13 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.seeding import torch_generator
 
 __all__ = [
+    "EveryEntry",
     "Queries",
     "QueryPanel",
     "balanced_entries",
     "config_panel",
+    "config_queries",
+    "every_entry_queries",
     "panel_rows",
     "untransformed_data",
 ]
@@ -160,18 +172,63 @@ class QueryPanel(Callback):
         return Queries(x[rows][image], y[rows][image], entry, self.label, image)
 
 
+def every_entry_queries(data: FederatedData) -> Queries:
+    """Every client's test rows, each entering at every client, its source included (module docstring).
+
+    Query ``i * C + s`` is test row ``i`` (the clients' test splits in order) entering at client ``s``.
+    Memory: ``C`` copies of the test inputs.
+    """
+    c = data.num_centers
+    x = torch.cat([cd.x_test for cd in data.centers])
+    y = torch.cat([cd.y_test for cd in data.centers]).to(torch.int64)
+    source = torch.cat([torch.full((cd.x_test.shape[0],), u) for u, cd in enumerate(data.centers)])
+    entry = torch.arange(c, dtype=torch.int64).repeat(x.shape[0])
+    return Queries(
+        x.repeat_interleave(c, dim=0),
+        y.repeat_interleave(c),
+        entry,
+        EveryEntry.label,
+        source=source.to(torch.int64).repeat_interleave(c),
+    )
+
+
+class EveryEntry(Callback):
+    """Config marker: ``lightning-fed refer`` evaluates every test row at every client (App. D.3).
+
+    Unlike the panel, the queries are the clients' own test splits as trained on (their transforms
+    included), so it fits every federation and checks nothing.
+    """
+
+    label = "every entry"
+
+    def queries(self, data: FederatedData, seed: int) -> Queries:
+        """:func:`every_entry_queries` (``seed`` unused: nothing is drawn)."""
+        del seed
+        return every_entry_queries(data)
+
+
 def _run_config(run_dir: str | Path) -> dict[str, Any] | None:
     path = Path(run_dir) / "config.yaml"
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
 
 
+def config_queries(run_dir: str | Path) -> QueryPanel | EveryEntry | None:
+    """The query mode listed under ``callbacks:`` in ``run_dir/config.yaml`` (a :class:`QueryPanel`
+    or :class:`EveryEntry`, the first one listed), or None (the test splits)."""
+    config = _run_config(run_dir) or {}
+    modes = {".QueryPanel": QueryPanel, ".EveryEntry": EveryEntry}
+    for entry in config.get("callbacks") or []:
+        path = str(entry.get("class_path", "")) if isinstance(entry, dict) else ""
+        for suffix, mode in modes.items():
+            if path.endswith(suffix):
+                return mode(**(entry.get("init_args") or {}))
+    return None
+
+
 def config_panel(run_dir: str | Path) -> QueryPanel | None:
     """The :class:`QueryPanel` listed under ``callbacks:`` in ``run_dir/config.yaml``, or None."""
-    config = _run_config(run_dir) or {}
-    for entry in config.get("callbacks") or []:
-        if isinstance(entry, dict) and str(entry.get("class_path", "")).endswith(".QueryPanel"):
-            return QueryPanel(**(entry.get("init_args") or {}))
-    return None
+    found = config_queries(run_dir)
+    return found if isinstance(found, QueryPanel) else None
 
 
 def untransformed_data(run_dir: str | Path, data: FederatedData, seed: int) -> FederatedData:

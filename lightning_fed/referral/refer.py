@@ -4,13 +4,16 @@ Queries are by default the clients' test rows (:func:`split_queries`). Each quer
 enters at a client drawn uniformly among the other ``C - 1`` clients (``(seed, "referral_entry")``,
 App. D.1: the source id builds the evaluation but is never shown to a router or rule). The hospital-
 tier experiment passes a fixed panel instead (:class:`lightning_fed.referral.panel.QueryPanel`: common
-untransformed test images, each in several arrival records, exactly balanced entries). Every router
+untransformed test images, each in several arrival records, exactly balanced entries). The ISIC2019
+protocol (App. D.3) evaluates every test image at every client instead
+(:func:`lightning_fed.referral.panel.every_entry_queries`, ``refer --queries every-entry``); the
+table's balanced accuracy is then the paper's pooled BA over (image, entry) pairs. Every router
 walks the same queries from the same entries; every prediction rule reads the same walks. One row per
 (router, rule): accuracy, balanced accuracy, calls and incident scores per query, the workload columns
 of :func:`lightning_fed.referral.workload.workload`, with test queries the source diagnostics of
 :func:`source_columns` (``source_reached``: % of walks that visit the query's source client;
 ``source_in_reach``: % of queries whose source lies within ``L`` moves of the entry) and ``queries``
-(``test`` or ``panel NxR``).
+(``test``, ``every entry`` or ``panel NxR``).
 Written atomically as ``referral.csv`` and ``referral.md``, plus ``referral_traffic.png`` (the first
 router's traffic on the graph).
 """

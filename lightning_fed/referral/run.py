@@ -37,7 +37,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from lightning_fed.referral.panel import QueryPanel, config_panel, untransformed_data
+from lightning_fed.referral.panel import EveryEntry, QueryPanel, config_queries, untransformed_data
 from lightning_fed.referral.prediction import HardTerminal
 from lightning_fed.referral.refer import refer, write_referral
 from lightning_fed.referral.routers import NoReferral, Router
@@ -54,13 +54,22 @@ def _same_queries(main: Any, other: Any, where: Path) -> None:
         )
 
 
-def _panel(run_dir: Path, queries: str | QueryPanel | None) -> QueryPanel | None:
-    if isinstance(queries, QueryPanel):
+def _query_mode(
+    run_dir: Path, queries: str | QueryPanel | EveryEntry | None
+) -> QueryPanel | EveryEntry | None:
+    """The queries ``refer`` asks for (None: the test splits); the config's mode when not given."""
+    if isinstance(queries, QueryPanel | EveryEntry):
         return queries
-    if queries not in (None, "test", "panel"):
-        raise ValueError(f"--queries must be test or panel, got {queries!r}")
-    panel = None if queries == "test" else config_panel(run_dir)
-    return QueryPanel() if panel is None and queries == "panel" else panel
+    if queries not in (None, "test", "panel", "every-entry"):
+        raise ValueError(f"--queries must be test, every-entry or panel, got {queries!r}")
+    if queries == "test":
+        return None
+    if queries == "every-entry":
+        return EveryEntry()
+    found = config_queries(run_dir)
+    if queries == "panel":
+        return found if isinstance(found, QueryPanel) else QueryPanel()
+    return found
 
 
 def refer_run(
@@ -71,7 +80,7 @@ def refer_run(
     eta: float | None = None,
     out: Path | None = None,
     routers: Sequence[Router] | None = None,
-    queries: str | QueryPanel | None = None,
+    queries: str | QueryPanel | EveryEntry | None = None,
 ) -> pl.DataFrame:
     """Evaluate referral for ``run_dir`` (an EdgeDRM run) and write the table and picture to ``out``.
 
@@ -86,7 +95,8 @@ def refer_run(
             :attr:`~lightning_fed.referral.routers.Router.label` (default: the six of
             :func:`~lightning_fed.referral.refer.default_routers`). The stage-I and ``baselines`` rows
             are added whatever the routers.
-        queries: ``"test"`` (the test splits), ``"panel"`` (the config's
+        queries: ``"test"`` (the test splits, each at one non-source entry), ``"every-entry"`` (each
+            test row at every client, the ISIC2019 protocol of App. D.3), ``"panel"`` (the config's
             :class:`~lightning_fed.referral.panel.QueryPanel`, else the paper's 200 x 64), a
             :class:`~lightning_fed.referral.panel.QueryPanel`, or None: the config's panel if it lists
             one, else the test splits.
@@ -113,10 +123,12 @@ def refer_run(
         "max_hops": hops,
         "eta": threshold,
     }
-    panel = _panel(run_dir, queries)
-    if panel is not None:
+    mode = _query_mode(run_dir, queries)
+    if isinstance(mode, QueryPanel):
         raw = alg.prepare(untransformed_data(run_dir, fed.data, fed.seed))
-        common["queries"] = panel.queries(raw, fed.seed)
+        common["queries"] = mode.queries(raw, fed.seed)
+    elif mode is not None:
+        common["queries"] = mode.queries(fed.data, fed.seed)
     params = fed.center_params()
     tables = [refer(out, fed.module, params, fed.data, routers=routers, **common)]
     entry_only = {"rules": [HardTerminal()], "write": False}

@@ -166,7 +166,7 @@ def test_refer_run_queries_option(tmp_path: Path) -> None:
     assert set(table["queries"]) == {"test"} and table["peak_share"][0] != 3.125
     table = refer_run(tmp_path, lambda _folder: fed, routers=[NoReferral()], queries="panel")
     assert set(table["queries"]) == {"panel 200x64"} and table["peak_share"][0] == 3.125
-    with pytest.raises(ValueError, match="test or panel"):
+    with pytest.raises(ValueError, match="test, every-entry or panel"):
         refer_run(tmp_path, lambda _folder: fed, queries="all")
 
 

@@ -18,7 +18,8 @@ PANEL = (
 
 def test_refer_reads_the_panel_from_the_run_config(tmp_path: Path) -> None:
     """4 clients, 20 untransformed images (2 per class) x 4 records: 80 arrivals, 20 per client, so
-    EdgeDRM-NR's peak share is exactly 25 %; ``--queries test`` goes back to the test splits."""
+    EdgeDRM-NR's peak share is exactly 25 %; ``--queries test`` goes back to the test splits and
+    ``--queries every-entry`` puts every test row at every client."""
     main(["fit", *DIGITS, *EDGEDRM, PANEL, f"--output.root={tmp_path}", "--output.name=edgedrm"])
     run = tmp_path / "edgedrm"
     main(["refer", f"--run-dir={run}"])
@@ -30,6 +31,13 @@ def test_refer_reads_the_panel_from_the_run_config(tmp_path: Path) -> None:
     assert table["accuracy"].is_between(0, 1).all()
     main(["refer", f"--run-dir={run}", "--queries=test", f"--out={tmp_path / 'test'}"])
     assert set(pl.read_csv(tmp_path / "test" / "referral.csv")["queries"]) == {"test"}
+    # Every test row at every client (the ISIC2019 protocol): entries exactly uniform, so NR's peak
+    # share is 25 % again, now over the test rows.
+    main(["refer", f"--run-dir={run}", "--queries=every-entry", f"--out={tmp_path / 'every'}"])
+    every = pl.read_csv(tmp_path / "every" / "referral.csv")
+    assert set(every["queries"]) == {"every entry"}
+    nr = every.filter(pl.col("router") == "EdgeDRM-NR").row(0, named=True)
+    assert nr["peak_share"] == 25.0 and nr["calls_per_query"] == 1.0 and nr["source_in_reach"] == 100.0
 
 
 def test_a_panel_that_cannot_be_balanced_fails_before_training(tmp_path: Path, capsys) -> None:
