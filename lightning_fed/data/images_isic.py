@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lightning_fed.data.augment import Augment, check_image_size
 from lightning_fed.data.base import DataSource
 from lightning_fed.data.center import FederatedData, stratified_split
 from lightning_fed.data.images import RGB, image_center, image_options
@@ -88,6 +89,8 @@ class ISIC2019(DataSource):
         links: Extra duplicate pairs ``[[image_a, image_b], ...]`` linked by the audit (the paper's
             visually confirmed near duplicate), by image name without extension; needs ``metadata_csv``.
         audit_seed: Seed of the audit's grouped split (the paper: 42); it does not vary with the run.
+        augment: Train-time augmentation (:class:`~lightning_fed.data.augment.RandomResizedCrop` at
+            ``size``; None: none), as the other image sources take it.
     """
 
     def __init__(
@@ -103,6 +106,7 @@ class ISIC2019(DataSource):
         metadata_csv: str | None = None,
         links: list[list[str]] | None = None,
         audit_seed: int = 42,
+        augment: Augment | None = None,
     ) -> None:
         self.size = check_int("data.size", size, 8)
         self.num_classes = check_int("data.num_classes", num_classes, 2)
@@ -111,6 +115,13 @@ class ISIC2019(DataSource):
             raise ValueError(f"data.val_fraction must be < 1, got {val_fraction}")
         self.transforms, self.max_per_client, self.seed = image_options(transforms, max_per_client, seed)
         self.root, self.split_csv = str(root), str(split_csv)
+        if augment is not None and not isinstance(augment, Augment):
+            raise ValueError(
+                f"data.augment must be an augmentation (lightning_fed.data.augment.RandomResizedCrop) or "
+                f"null, got {augment!r}"
+            )
+        check_image_size(augment, (self.size, self.size))
+        self.augment = augment
         if not Path(root).is_dir():
             raise ValueError(f"data.root={root!r} is not a folder: point it at the ISIC2019 images")
         if not Path(split_csv).is_file():
@@ -260,4 +271,5 @@ class ISIC2019(DataSource):
             feature_names=RGB,
             num_classes=self.num_classes,
             metadata_names=tuple(f"share_class_{k}" for k in range(self.num_classes)),
+            train_augment=self.augment,
         )

@@ -109,3 +109,14 @@ def test_audit_errors(tmp_path: Path) -> None:
         ISIC2019(root=str(tmp_path), split_csv=str(split), metadata_csv=str(bad))
     with pytest.raises(ValueError, match=r"data\.links: \['A7', 'Z9'\]"):
         ISIC2019(root=str(tmp_path), split_csv=str(split), metadata_csv=str(meta), links=[["A7", "Z9"]])
+
+
+def test_isic_carries_the_train_augmentation(tmp_path: Path) -> None:
+    from lightning_fed.data import RandomResizedCrop
+
+    split, _ = _write(tmp_path)
+    crop = RandomResizedCrop(size=8, scale=(0.8, 1.0), flip=True)
+    data = ISIC2019(root=str(tmp_path), split_csv=str(split), size=8, augment=crop).build(0)
+    assert data.train_augment is crop
+    with pytest.raises(ValueError, match=r"size must equal the images' size \(8, 8\)"):
+        ISIC2019(root=str(tmp_path), split_csv=str(split), size=8, augment=RandomResizedCrop(size=6))

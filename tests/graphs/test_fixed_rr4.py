@@ -47,6 +47,7 @@ METHODS = ("edgedrm", "dispfl", "fedspd")
 PAPER_CONFIGS = [
     "configs/edgedrm_bench/methods/edgedrm_cpu.yaml",
     "configs/edgedrm_bench/methods/edgedrm_gpu.yaml",
+    "configs/edgedrm_bench/methods/edgedrm_isic_gpu.yaml",
     "configs/edgedrm_fmnist.yaml",
     "configs/edgedrm_fmnist_path.yaml",
     "configs/edgedrm_fmnist_cycle.yaml",
@@ -86,6 +87,17 @@ def test_the_8_client_graph_is_the_papers_adjacency() -> None:
     assert all(u in PAPER_RR4_8[v] for u, ns in PAPER_RR4_8.items() for v in ns)  # symmetric as printed
     assert {tuple(sorted(e)) for e in _layer_edges("rr4_fixed8.yaml")} == paper
     assert EdgeList(_layer_edges("rr4_fixed8.yaml")).build(8).diameter == 2
+
+
+def test_the_isic_rr3_graph_is_the_papers_edge_set() -> None:
+    """rr3_isic6.yaml is App. D.3.1's E(RR3) renumbered 1..6 -> 0..5: 3-regular, connected, 9 edges."""
+    paper = {(1, 2), (1, 5), (1, 6), (2, 3), (2, 4), (3, 5), (3, 6), (4, 5), (4, 6)}
+    topo = yaml.safe_load((GRAPHS / "rr3_isic6.yaml").read_text())["algorithm"]["init_args"]["topology"]
+    assert topo["class_path"] == "lightning_fed.graphs.EdgeList" and topo["init_args"]["name"] == "RR3"
+    edges = topo["init_args"]["edges"]
+    assert {(u + 1, v + 1) for u, v in edges} == paper and len(edges) == 9
+    g = EdgeList(edges, name="RR3").build(6, seed=0)
+    assert g.degree.tolist() == [3] * 6 and g.is_connected
 
 
 def test_the_32_client_graph_is_the_seed_82025_draw_written_out() -> None:

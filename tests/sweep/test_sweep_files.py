@@ -73,3 +73,16 @@ def test_the_table2_sweeps_together_have_the_papers_cells() -> None:
     assert not {r.name for r in runs} & {r.name for r in feddrm}
     assert all("-feddrm-" in r.name and r.refer_baselines is None for r in feddrm)
     assert not [r for r in runs if "-feddrm-" in r.name]
+
+
+@pytest.mark.parametrize("method", ["edgedrm", "local", "dispfl", "fedspd", "feddrm"])
+def test_gpu_methods_carry_the_papers_schedule(method: str) -> None:
+    """App. D.2.1: stage I decays as 0.005 {1 + cos(pi (r - 1) / 800)} with momentum reset each round;
+    every baseline gets the same cosine over its own round budget (fair controls)."""
+    trainer = yaml.safe_load(
+        (ROOT / "configs" / "edgedrm_bench" / "methods" / f"{method}_gpu.yaml").read_text()
+    )["trainer"]
+    assert trainer["lr_schedule"]["class_path"] == "lightning_fed.engine.Cosine"
+    assert trainer["lr_schedule"]["init_args"]["horizon"] == trainer["rounds"]
+    assert trainer["reset_optimizer_each_round"] is True
+    assert method != "edgedrm" or trainer["rounds"] == 800
