@@ -15,19 +15,7 @@ from lightning_fed.reporting.edgedrm_checkpoints import (
     checkpoint_stats,
     checkpoint_table,
 )
-
-CONFIG = """seed: {seed}
-data:
-  class_path: lightning_fed.data.FashionMNIST
-  init_args:
-    num_clients: 3
-    partition: {{class_path: lightning_fed.data.DirichletLabels, init_args: {{alpha: 0.3}}}}
-algorithm:
-  class_path: lightning_fed.algorithms.EdgeDRM
-  init_args:
-    topology: {{class_path: lightning_fed.graphs.EdgeList, init_args: {{name: RR4, edges: [[0, 1]]}}}}
-    lam: {lam}
-"""
+from tests.reporting.edgedrm_config import rr4_dir03_config
 
 
 def _federation(scale: float = 1.0) -> dict:
@@ -77,7 +65,7 @@ def test_rows_table_and_markdown_from_run_folders(tmp_path: Path) -> None:
         fed = _federation()
         fed["algorithm"]["potentials"]["theta"] *= factor
         torch.save({"federation": fed}, run / "checkpoint.pt")
-        (run / "config.yaml").write_text(CONFIG.format(seed=seed, lam=0.5))
+        (run / "config.yaml").write_text(rr4_dir03_config(seed, 0.5, clients=3))
         (run / "summary.json").write_text("{}")
         pl.DataFrame(
             {"router": ["EdgeDRM"], "prediction_rule": ["hard terminal"], "accuracy": [0.5]}

@@ -10,19 +10,7 @@ import pytest
 
 from lightning_fed.reporting.edgedrm_tables import edgedrm_rows, edgedrm_table
 from lightning_fed.reporting.lambda_table import lambda_markdown, lambda_rows, lambda_table
-
-CONFIG = """seed: {seed}
-data:
-  class_path: lightning_fed.data.FashionMNIST
-  init_args:
-    num_clients: 8
-    partition: {{class_path: lightning_fed.data.DirichletLabels, init_args: {{alpha: 0.3}}}}
-algorithm:
-  class_path: lightning_fed.algorithms.EdgeDRM
-  init_args:
-    topology: {{class_path: lightning_fed.graphs.EdgeList, init_args: {{name: RR4, edges: [[0, 1]]}}}}
-    lam: {lam}
-"""
+from tests.reporting.edgedrm_config import rr4_dir03_config
 
 
 def _row(router: str, rule: str, accuracy: float, calls: float) -> dict:
@@ -35,7 +23,7 @@ def _run(
     run = root / f"lam{int(lam * 100):03d}-seed{seed}"
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps({}))
-    (run / "config.yaml").write_text(CONFIG.format(seed=seed, lam=lam))
+    (run / "config.yaml").write_text(rr4_dir03_config(seed, lam))
     rows = [
         {
             "router": "EdgeDRM",
