@@ -22,6 +22,7 @@ from lightning_fed.reporting.referral import collect_referrals
 from lightning_fed.reporting.table import (
     collect_runs,
     diagnostics_markdown,
+    has_selection_diagnostics,
     method_label,
     table1,
     to_markdown,
@@ -68,10 +69,11 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     Returns:
         The written files by name: ``table1.md`` (the main table: AUROC mean ± sample SD, seeds,
         bandwidth, isolation, E|P_i|, rounds, wall, paired difference [CI] and verdict),
-        ``table1.csv`` (every column), ``diagnostics.md`` / ``diagnostics.csv`` (the mechanism
+        ``table1.csv`` (every column), ``diagnostics.md`` / ``diagnostics.csv`` (the partner-selection
         diagnostics; absent when no run records any), ``runs.csv`` (one row per run, every field
         read, e.g. ``restored_best``, ``best_round``), ``pareto.png`` and ``isolation.png``
-        (absent when no run has per-round isolation data), and, when any run has a referral table,
+        (absent when no run has per-round isolation data, or when isolation is 0 throughout and no
+        run selects partners: fixed graphs, FedAvg), and, when any run has a referral table,
         ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
         router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
         dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
@@ -104,7 +106,10 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     central = table.filter(pl.col("method").str.to_lowercase().str.contains("central"))["auroc_mean"]
     bound = central.drop_nulls().max()
     written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
-    if isolation_series(root).height:
+    isolation = isolation_series(root)
+    # Resting is a partner-selection outcome: on fixed graphs (gossip, EdgeDRM) and for FedAvg it is
+    # 0 by construction, and a flat zero line is left out.
+    if isolation.height and (has_selection_diagnostics(table) or isolation["isolation_rate"].max() > 0):
         written["isolation.png"] = isolation_plot(root, out / "isolation.png")
     referrals = collect_referrals(root)
     if referrals.height:

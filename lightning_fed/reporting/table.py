@@ -34,8 +34,10 @@ from lightning_fed.reporting.paired import NOT_APPLICABLE, paired_comparison
 __all__ = [
     "DEFAULT_REFERENCE",
     "DIAGNOSTICS",
+    "SELECTION_DIAGNOSTICS",
     "collect_runs",
     "diagnostics_markdown",
+    "has_selection_diagnostics",
     "method_label",
     "read_summary",
     "table1",
@@ -347,8 +349,16 @@ def to_markdown(table: pl.DataFrame) -> str:
     return "\n".join(lines) + "\n\n" + legend + "\n"
 
 
-def _has_diagnostics(table: pl.DataFrame) -> bool:
-    return any(name in table.columns and table[name].drop_nans().drop_nulls().len() for name in DIAGNOSTICS)
+#: The diagnostics only partner selection produces; ``bytes_vs_fedavg_same_rounds`` alone (every
+#: decentralized method records it) repeats ``table1.md``'s bytes column and writes no diagnostics table.
+SELECTION_DIAGNOSTICS: tuple[str, ...] = tuple(n for n in DIAGNOSTICS if n != "bytes_vs_fedavg_same_rounds")
+
+
+def has_selection_diagnostics(table: pl.DataFrame) -> bool:
+    """Whether any method of :func:`table1`'s output records a partner-selection diagnostic."""
+    return any(
+        name in table.columns and table[name].drop_nans().drop_nulls().len() for name in SELECTION_DIAGNOSTICS
+    )
 
 
 def diagnostics_markdown(table: pl.DataFrame) -> str | None:
@@ -360,9 +370,10 @@ def diagnostics_markdown(table: pl.DataFrame) -> str | None:
     unavailable) ``1.2 %``, and bytes vs FedAvg run for the same rounds ``0.40x``.
 
     Returns:
-        The markdown, or ``None`` when no method has any diagnostic (e.g. only baselines).
+        The markdown, or ``None`` when no method has a partner-selection diagnostic (e.g. only
+        baselines, or EdgeDRM and gossip methods on a fixed graph, which record bytes alone).
     """
-    if not _has_diagnostics(table):
+    if not has_selection_diagnostics(table):
         return None
     header = [
         "method",

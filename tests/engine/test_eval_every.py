@@ -234,8 +234,10 @@ def test_run_folder_has_null_test_columns_and_report_test_and_resume_work(
     test = json.loads((whole / "test.json").read_text())
     assert test["test_auroc_mean"] == summary["test_auroc_mean"]
     main(["report", str(runs), "--out", str(tmp_path / "report")])
-    for name in ("table1.md", "runs.csv", "pareto.png", "isolation.png"):  # isolation: from rounds.parquet
+    for name in ("table1.md", "runs.csv", "pareto.png"):
         assert (tmp_path / "report" / name).is_file(), name
+    # FedAvg never rests a center: its isolation is 0 in every round, and no flat-zero plot is written.
+    assert not (tmp_path / "report" / "isolation.png").exists()
     capsys.readouterr()
 
 

@@ -191,3 +191,15 @@ def test_report_command_reference_option(root: Path, tmp_path: Path, capsys: pyt
     with pytest.raises(SystemExit):
         main(["report", "--help"])
     assert "--reference" in capsys.readouterr().out
+
+
+def test_bytes_alone_write_no_diagnostics_table(tmp_path: Path) -> None:
+    """EdgeDRM and gossip runs on a fixed graph record ``bytes_vs_fedavg_same_rounds`` and no
+    selection diagnostic: that column repeats table1.md's bytes, so no diagnostics table is written;
+    one selection diagnostic (a repeat rate) brings it back."""
+    for seed in range(2):
+        _run(tmp_path / "runs", "edgedrm", seed, 0.9, bytes_vs_fedavg_same_rounds=2.4)
+    table = table1(collect_runs(tmp_path / "runs"))
+    assert diagnostics_markdown(table) is None
+    _run(tmp_path / "runs", "abps", 0, 0.9, partner_repeat_rate=0.25)
+    assert "25.0 %" in diagnostics_markdown(table1(collect_runs(tmp_path / "runs")))
