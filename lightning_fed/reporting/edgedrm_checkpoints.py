@@ -31,6 +31,7 @@ from typing import Any
 import polars as pl
 
 from lightning_fed.reporting.referral import referral_runs
+from lightning_fed.reporting.seed_summary import mean_sd_by, mean_sd_cell
 
 __all__ = [
     "SHARED_PREFIXES",
@@ -110,29 +111,13 @@ def checkpoint_rows(root: Path) -> pl.DataFrame:
 
 def checkpoint_table(rows: pl.DataFrame) -> pl.DataFrame:
     """Mean and sample SD (``<column>_mean`` / ``_sd``) per (setting, graph, ``lam``), with ``seeds``."""
-    if rows.height == 0:
-        return pl.DataFrame()
-    return (
-        rows.group_by(_KEYS, maintain_order=True)
-        .agg(
-            *[pl.col(c).mean().alias(f"{c}_mean") for c in _COLUMNS],
-            *[pl.col(c).std(ddof=1).alias(f"{c}_sd") for c in _COLUMNS],
-            pl.col("seed").n_unique().alias("seeds"),
-        )
-        .sort(_KEYS)
-    )
+    return mean_sd_by(rows, _KEYS, _COLUMNS)
 
 
 def checkpoint_markdown(table: pl.DataFrame) -> str:
     """:func:`checkpoint_table` as one markdown table (``-`` where a value is missing); "" without rows."""
     if table.height == 0:
         return ""
-
-    def cell(r: dict, c: str, spec: str) -> str:
-        mean, sd = r[f"{c}_mean"], r[f"{c}_sd"]
-        if mean is None:
-            return "-"
-        return f"{mean:{spec}}" if sd is None else f"{mean:{spec}} ± {sd:{spec}}"
 
     lines = [
         "| dataset | partition | clients | graph | lambda | encoder gap | head shift | potential norm "
@@ -142,8 +127,8 @@ def checkpoint_markdown(table: pl.DataFrame) -> str:
     for r in table.iter_rows(named=True):
         lines.append(
             f"| {r['dataset']} | {r['partition']} | {r['clients']} | {r['graph']} | {r['lam']:.2f} | "
-            f"{cell(r, 'encoder_gap', '.4f')} | {cell(r, 'head_shift', '.3f')} | "
-            f"{cell(r, 'theta_norm', '.2f')} | {r['seeds']} |"
+            f"{mean_sd_cell(r, 'encoder_gap', '.4f')} | {mean_sd_cell(r, 'head_shift', '.3f')} | "
+            f"{mean_sd_cell(r, 'theta_norm', '.2f')} | {r['seeds']} |"
         )
     legend = (
         "Encoder gap: mean over edges of ||phi_i - phi_j|| / mean_i ||phi_i|| (encoder + projection); head"

@@ -31,6 +31,7 @@ import polars as pl
 
 from lightning_fed.reporting.paired import PairedDifference, by_seed, format_interval, paired_comparison
 from lightning_fed.reporting.referral import referral_runs
+from lightning_fed.reporting.seed_summary import mean_sd_by, mean_sd_cell
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -83,19 +84,7 @@ def _maybe_float(value: object) -> float | None:
 
 def lambda_table(rows: pl.DataFrame) -> pl.DataFrame:
     """Mean and sample SD (``<column>_mean`` / ``<column>_sd``) per (setting, ``lam``), with ``seeds``."""
-    if rows.height == 0:
-        return pl.DataFrame()
-    keys = ["dataset", "partition", "clients", "graph", "lam"]
-    columns = ("edgedrm", "nr", "gain", "calls", "reached")
-    return (
-        rows.group_by(keys)
-        .agg(
-            *[pl.col(c).mean().alias(f"{c}_mean") for c in columns],
-            *[pl.col(c).std(ddof=1).alias(f"{c}_sd") for c in columns],
-            pl.col("seed").n_unique().alias("seeds"),
-        )
-        .sort(keys)
-    )
+    return mean_sd_by(rows, [*_SETTING, "lam"], ("edgedrm", "nr", "gain", "calls", "reached"))
 
 
 def lambda_markdown(table: pl.DataFrame) -> str:
@@ -103,12 +92,6 @@ def lambda_markdown(table: pl.DataFrame) -> str:
     when any run records it; "" without rows."""
     if table.height == 0:
         return ""
-
-    def cell(r: dict, c: str) -> str:
-        mean, sd = r[f"{c}_mean"], r[f"{c}_sd"]
-        if mean is None:
-            return "-"
-        return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
 
     columns = ["edgedrm", "nr", "gain", "calls"]
     names = ["EdgeDRM", "EdgeDRM-NR", "Referral gain", "Calls"]
@@ -120,7 +103,7 @@ def lambda_markdown(table: pl.DataFrame) -> str:
         dataset, partition, clients, graph = key
         lines = [f"{dataset} / {partition}, {clients} clients, {graph}:", "", head]
         for r in part.sort("lam").iter_rows(named=True):
-            values = [f"{r['lam']:.2f}", *(cell(r, c) for c in columns), str(r["seeds"])]
+            values = [f"{r['lam']:.2f}", *(mean_sd_cell(r, c) for c in columns), str(r["seeds"])]
             lines.append("| " + " | ".join(values) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
