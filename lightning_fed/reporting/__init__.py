@@ -71,11 +71,14 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         bandwidth, isolation, E|P_i|, rounds, wall, paired difference [CI] and verdict),
         ``table1.csv`` (every column), ``diagnostics.md`` / ``diagnostics.csv`` (the partner-selection
         diagnostics; absent when no run records any), ``runs.csv`` (one row per run, every field
-        read, e.g. ``restored_best``, ``best_round``), ``pareto.png`` and ``isolation.png``
+        read, e.g. ``restored_best``, ``best_round``), ``pareto.png`` (when a run has a test AUROC)
+        and ``isolation.png``
         (absent when no run has per-round isolation data, or when isolation is 0 throughout and no
         run selects partners: fixed graphs, FedAvg), and, when any run has a referral table,
-        ``referral.md`` / ``referral.csv`` (all of them), ``referral_gain.png`` (accuracy per run and
-        router), ``edgedrm_table.md`` (the EdgeDRM paper's Table 1 layout: graph x method rows,
+        ``referral.md`` / ``referral.csv`` (all of them) and ``referral_gain.png`` (accuracy per run
+        and router); when any run has a referral table or is a FedDRM run (a root of FedDRM runs
+        alone included: Table 2's centralized row run on its own), ``edgedrm_table.md`` (the
+        EdgeDRM paper's Table 1 layout: graph x method rows,
         dataset x partition columns, mean +/- SD over seeds, best decentralized in bold, then
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
         columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
@@ -105,7 +108,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     written["runs.csv"] = write_runs(runs, out / "runs.csv")
     central = table.filter(pl.col("method").str.to_lowercase().str.contains("central"))["auroc_mean"]
     bound = central.drop_nulls().max()
-    written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
+    if table["auroc_mean"].drop_nulls().len():  # nothing to place without an AUROC
+        written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
     isolation = isolation_series(root)
     # Resting is a partner-selection outcome: on fixed graphs (gossip, EdgeDRM) and for FedAvg it is
     # 0 by construction, and a flat zero line is left out.
@@ -114,70 +118,79 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     referrals = collect_referrals(root)
     if referrals.height:
         from lightning_fed.referral.refer import write_referral
-        from lightning_fed.referral.summary_plots import gain_plot, tier_share_plot
+        from lightning_fed.referral.summary_plots import gain_plot
 
         written["referral.csv"], written["referral.md"] = write_referral(referrals, out)
         gain_plot(referrals, out / "referral_gain.png")
         written["referral_gain.png"] = out / "referral_gain.png"
-        from lightning_fed.io import write_text
-        from lightning_fed.reporting import edgedrm_tables as et
+    # A root of FedDRM runs alone (no referral: the centralized reference of Table 2, run on its own)
+    # still gets its EdgeDRM-layout rows.
+    written.update(_edgedrm_outputs(root, out))
+    if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
+        written.update(_tier_outputs(root, out, referrals))
+    return written
 
-        rows = et.edgedrm_rows(root)
-        if rows.height:
-            table = et.edgedrm_table(rows)
-            margins = et.edgedrm_margins_markdown(et.edgedrm_margins(table))
-            text = et.edgedrm_markdown(table)
-            if margins:
-                text += "\nEdgeDRM against the other decentralized methods, per graph:\n\n" + margins
-            written["edgedrm_table.md"] = write_text(out / "edgedrm_table.md", text)
-            written["edgedrm_settings.md"] = write_text(
-                out / "edgedrm_settings.md", et.edgedrm_settings_markdown(table)
-            )
-            from lightning_fed.reporting.edgedrm_paired import edgedrm_paired, edgedrm_paired_markdown
 
-            paired = edgedrm_paired_markdown(edgedrm_paired(rows))
-            if paired:
-                written["edgedrm_paired.md"] = write_text(out / "edgedrm_paired.md", paired)
-            from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
+def _edgedrm_outputs(root: Path, out: Path) -> dict[str, Path]:
+    """The EdgeDRM paper's tables (:func:`report`'s ``edgedrm_*``, ``referral_reach.md``,
+    ``lambda_table.*``) when any run under ``root`` has an EdgeDRM-layout row; ``{}`` otherwise."""
+    from lightning_fed.io import write_text
+    from lightning_fed.reporting import edgedrm_checkpoints as ec
+    from lightning_fed.reporting import edgedrm_tables as et
+    from lightning_fed.reporting.edgedrm_paired import edgedrm_paired, edgedrm_paired_markdown
+    from lightning_fed.reporting.lambda_table import (
+        lambda_markdown,
+        lambda_paired,
+        lambda_paired_markdown,
+        lambda_plot,
+        lambda_rows,
+        lambda_table,
+    )
+    from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
 
-            reach = reach_markdown(reach_table(reach_rows(root)))
-            if reach:
-                written["referral_reach.md"] = write_text(out / "referral_reach.md", reach)
-            from lightning_fed.reporting import edgedrm_checkpoints as ec
+    rows = et.edgedrm_rows(root)
+    if rows.height == 0:
+        return {}
+    written: dict[str, Path] = {}
+    table = et.edgedrm_table(rows)
+    margins = et.edgedrm_margins_markdown(et.edgedrm_margins(table))
+    text = et.edgedrm_markdown(table)
+    if margins:
+        text += "\nEdgeDRM against the other decentralized methods, per graph:\n\n" + margins
+    written["edgedrm_table.md"] = write_text(out / "edgedrm_table.md", text)
+    settings = et.edgedrm_settings_markdown(table)
+    written["edgedrm_settings.md"] = write_text(out / "edgedrm_settings.md", settings)
+    texts = {
+        "edgedrm_paired.md": edgedrm_paired_markdown(edgedrm_paired(rows)),
+        "referral_reach.md": reach_markdown(reach_table(reach_rows(root))),
+        "edgedrm_checkpoints.md": ec.checkpoint_markdown(ec.checkpoint_table(ec.checkpoint_rows(root))),
+    }
+    written.update({name: write_text(out / name, body) for name, body in texts.items() if body})
+    sweep = lambda_rows(root)
+    if sweep.height and sweep["lam"].n_unique() > 1:
+        lam_table = lambda_table(sweep)
+        paired = lambda_paired_markdown(lambda_paired(sweep))
+        text = lambda_markdown(lam_table) + ("\n" + paired if paired else "")
+        written["lambda_table.md"] = write_text(out / "lambda_table.md", text)
+        lambda_plot(lam_table, out / "lambda_table.png")
+        written["lambda_table.png"] = out / "lambda_table.png"
+    return written
 
-            states = ec.checkpoint_markdown(ec.checkpoint_table(ec.checkpoint_rows(root)))
-            if states:
-                written["edgedrm_checkpoints.md"] = write_text(out / "edgedrm_checkpoints.md", states)
-            from lightning_fed.reporting.lambda_table import (
-                lambda_markdown,
-                lambda_paired,
-                lambda_paired_markdown,
-                lambda_plot,
-                lambda_rows,
-                lambda_table,
-            )
 
-            sweep = lambda_rows(root)
-            if sweep.height and sweep["lam"].n_unique() > 1:
-                lam_table = lambda_table(sweep)
-                text = lambda_markdown(lam_table)
-                paired = lambda_paired_markdown(lambda_paired(sweep))
-                written["lambda_table.md"] = write_text(
-                    out / "lambda_table.md", text + ("\n" + paired if paired else "")
-                )
-                lambda_plot(lam_table, out / "lambda_table.png")
-                written["lambda_table.png"] = out / "lambda_table.png"
-        if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
-            tier_share_plot(referrals, out / "referral_tiers.png")
-            written["referral_tiers.png"] = out / "referral_tiers.png"
-            from lightning_fed.reporting.referral import tier_markdown, tier_rows, tier_table
-            from lightning_fed.reporting.tier_contrasts import tier_contrasts, tier_contrasts_markdown
+def _tier_outputs(root: Path, out: Path, referrals: pl.DataFrame) -> dict[str, Path]:
+    """``referral_tiers.png`` and ``tier_table.md`` (Table 4's layout with its paired contrasts)."""
+    from lightning_fed.io import write_text
+    from lightning_fed.referral.summary_plots import tier_share_plot
+    from lightning_fed.reporting.referral import tier_markdown, tier_rows, tier_table
+    from lightning_fed.reporting.tier_contrasts import tier_contrasts, tier_contrasts_markdown
 
-            found = tier_rows(root)
-            tiers = tier_markdown(tier_table(found))
-            contrasts = tier_contrasts_markdown(tier_contrasts(found))
-            if tiers and contrasts:
-                tiers += "\nPaired contrasts (seed by seed, 95 % t interval):\n\n" + contrasts
-            if tiers:
-                written["tier_table.md"] = write_text(out / "tier_table.md", tiers)
+    tier_share_plot(referrals, out / "referral_tiers.png")
+    written = {"referral_tiers.png": out / "referral_tiers.png"}
+    found = tier_rows(root)
+    tiers = tier_markdown(tier_table(found))
+    contrasts = tier_contrasts_markdown(tier_contrasts(found))
+    if tiers and contrasts:
+        tiers += "\nPaired contrasts (seed by seed, 95 % t interval):\n\n" + contrasts
+    if tiers:
+        written["tier_table.md"] = write_text(out / "tier_table.md", tiers)
     return written

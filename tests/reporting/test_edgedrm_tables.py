@@ -161,3 +161,21 @@ def test_feddrm_runs_give_one_reference_row_per_setting(tmp_path: Path) -> None:
     assert [line.split(" | ")[0] for line in settings[2:]] == ["| Path", "| Cycle"]  # no own Reference row
     assert all(" | 85.00 ± 7.07 | 70.00 ± 0.00 | **50.00 ± 0.00** |" in line for line in settings[2:])
     assert edgedrm_margins(table).height == 0  # no other decentralized method: no margins
+
+
+def test_report_of_feddrm_runs_alone_writes_their_rows(tmp_path: Path) -> None:
+    """A root of FedDRM runs only (Table 2's centralized row run on its own sweep, no referral table)
+    still gets the EdgeDRM layouts: seeds 1, 2 at 0.80, 0.90 -> one Reference row, 85.00 +/- 7.07;
+    nothing that needs a referral or a second method (paired, reach, checkpoints) is written."""
+    from lightning_fed.reporting import report
+
+    _feddrm_run(tmp_path / "runs", "feddrm-seed1", 1, 0.8)
+    _feddrm_run(tmp_path / "runs", "feddrm-seed2", 2, 0.9)
+    written = report(tmp_path / "runs", tmp_path / "out")
+    assert {"edgedrm_table.md", "edgedrm_settings.md"} <= set(written)
+    absent = {"referral.md", "edgedrm_paired.md", "referral_reach.md", "edgedrm_checkpoints.md"}
+    assert not absent & set(written)
+    assert "pareto.png" not in written  # these toy summaries have no AUROC to place
+    settings = (tmp_path / "out" / "edgedrm_settings.md").read_text().splitlines()
+    assert settings[0] == "| graph | setting | FedDRM |"
+    assert settings[2] == "| Reference | FashionMNIST 5-SPC | 85.00 ± 7.07 |"
