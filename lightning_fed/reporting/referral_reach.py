@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from lightning_fed.reporting.referral import referral_runs
+from lightning_fed.reporting.seed_summary import mean_sd_by, mean_sd_cell
 
 __all__ = ["REACH_ROUTERS", "reach_markdown", "reach_rows", "reach_table"]
 
@@ -55,21 +56,10 @@ def reach_rows(root: Path) -> pl.DataFrame:
 
 
 def reach_table(rows: pl.DataFrame) -> pl.DataFrame:
-    """Mean and sample SD per (graph, dataset, partition, clients, router), with ``seeds``."""
-    if rows.height == 0:
-        return pl.DataFrame()
+    """:func:`~lightning_fed.reporting.seed_summary.mean_sd_by` per (graph, dataset, partition,
+    clients, router) of ``source_reached`` and ``source_in_reach``, with ``seeds``."""
     keys = ["graph", "dataset", "partition", "clients", "router"]
-    return rows.group_by(keys).agg(
-        pl.col("source_reached").mean().alias("reached_mean"),
-        pl.col("source_reached").std(ddof=1).alias("reached_sd"),
-        pl.col("source_in_reach").mean().alias("reach_mean"),
-        pl.col("source_in_reach").std(ddof=1).alias("reach_sd"),
-        pl.col("seed").n_unique().alias("seeds"),
-    )
-
-
-def _cell(mean: float, sd: float | None) -> str:
-    return f"{mean:.1f}" if sd is None else f"{mean:.1f} ± {sd:.1f}"
+    return mean_sd_by(rows, keys, ["source_reached", "source_in_reach"])
 
 
 def reach_markdown(table: pl.DataFrame) -> str:
@@ -92,12 +82,12 @@ def reach_markdown(table: pl.DataFrame) -> str:
         )
         by = {r["router"]: r for r in part.iter_rows(named=True)}
         first = next(iter(by.values()))
-        cells = [_cell(by[r]["reached_mean"], by[r]["reached_sd"]) if r in by else "-" for r in routers]
+        cells = [mean_sd_cell(by[r], "source_reached", ".1f") if r in by else "-" for r in routers]
         values = [
             graph,
             f"{dataset} {partition}",
             str(first["seeds"]),
-            _cell(first["reach_mean"], first["reach_sd"]),
+            mean_sd_cell(first, "source_in_reach", ".1f"),
         ]
         lines.append("| " + " | ".join([*values, *cells]) + " |")
     return "\n".join(lines) + "\n"
