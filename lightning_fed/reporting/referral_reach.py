@@ -5,7 +5,9 @@ the client whose data it resembles, ideally its source, whose expert answers it 
 table (``lightning-fed refer``, test queries) records per router the share of walks that visit the
 query's source (``source_reached``) and the share of queries whose source lies within ``L`` moves
 of the entry (``source_in_reach``: the ceiling for any router that moves along edges, a property of
-the graph and the entry draw). Per graph and setting, mean +/- sample SD over the seeds:
+the graph and the entry draw). Per graph, setting and EdgeDRM ``lambda`` (runs at another task weight
+than the paper's 0.9, the Table 5 sweep, are never pooled with it; the ``lambda`` column appears when
+the runs have several), mean +/- sample SD over the seeds:
 
 - ``in reach``: the ceiling;
 - one column per router (EdgeDRM, EdgeDRM w/o prior, count-only, random): ``source_reached``. A
@@ -29,15 +31,15 @@ REACH_ROUTERS = ("EdgeDRM", "EdgeDRM w/o prior", "count-only", "random")
 
 
 def reach_rows(root: Path) -> pl.DataFrame:
-    """One row per (referral run, router): setting columns, ``router``, ``source_reached``,
+    """One row per (referral run, router): setting columns, ``lam``, ``router``, ``source_reached``,
     ``source_in_reach`` (%), from every run whose referral table has the source columns."""
-    from lightning_fed.reporting.edgedrm_tables import run_setting
+    from lightning_fed.reporting.edgedrm_tables import run_lambda, run_setting
 
     rows = []
     for run, config, table in referral_runs(root):
         if "source_reached" not in table.columns:
             continue
-        setting = run_setting(config)
+        setting = {**run_setting(config), "lam": run_lambda(config)}
         seen = set()
         for r in table.iter_rows(named=True):
             router = str(r["router"])
@@ -57,8 +59,8 @@ def reach_rows(root: Path) -> pl.DataFrame:
 
 def reach_table(rows: pl.DataFrame) -> pl.DataFrame:
     """:func:`~lightning_fed.reporting.seed_summary.mean_sd_by` per (graph, dataset, partition,
-    clients, router) of ``source_reached`` and ``source_in_reach``, with ``seeds``."""
-    keys = ["graph", "dataset", "partition", "clients", "router"]
+    clients, lam, router) of ``source_reached`` and ``source_in_reach``, with ``seeds``."""
+    keys = ["graph", "dataset", "partition", "clients", "lam", "router"]
     return mean_sd_by(rows, keys, ["source_reached", "source_in_reach"])
 
 
@@ -70,24 +72,24 @@ def reach_markdown(table: pl.DataFrame) -> str:
     from lightning_fed.reporting.edgedrm_tables import graph_order
 
     routers = [r for r in REACH_ROUTERS if r in set(table["router"])]
-    head = ["graph", "setting", "seeds", "in reach (%)", *(f"{r} reached (%)" for r in routers)]
+    lambdas = table["lam"].n_unique() > 1
+    head = ["graph", "setting", *(["lambda"] if lambdas else []), "seeds", "in reach (%)"]
+    head += [f"{r} reached (%)" for r in routers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = sorted(set(table.select("graph", "dataset", "partition", "clients").iter_rows()))
-    for graph, dataset, partition, clients in sorted(keys, key=lambda k: (graph_order(k[0]), k[1:])):
+    keys = sorted(set(table.select("graph", "dataset", "partition", "clients", "lam").iter_rows()))
+    for key in sorted(keys, key=lambda k: (graph_order(k[0]), k[1:])):
+        graph, dataset, partition, clients, lam = key
         part = table.filter(
             (pl.col("graph") == graph)
             & (pl.col("dataset") == dataset)
             & (pl.col("partition") == partition)
             & (pl.col("clients") == clients)
+            & (pl.col("lam") == lam)
         )
         by = {r["router"]: r for r in part.iter_rows(named=True)}
         first = next(iter(by.values()))
         cells = [mean_sd_cell(by[r], "source_reached", ".1f") if r in by else "-" for r in routers]
-        values = [
-            graph,
-            f"{dataset} {partition}",
-            str(first["seeds"]),
-            mean_sd_cell(first, "source_in_reach", ".1f"),
-        ]
+        values = [graph, f"{dataset} {partition}", *([f"{lam:g}"] if lambdas else [])]
+        values += [str(first["seeds"]), mean_sd_cell(first, "source_in_reach", ".1f")]
         lines.append("| " + " | ".join([*values, *cells]) + " |")
     return "\n".join(lines) + "\n"

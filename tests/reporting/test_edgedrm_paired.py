@@ -144,3 +144,32 @@ def test_reach_table_means_over_seeds(tmp_path: Path) -> None:
     assert found.height == 4 and set(found["router"]) == {"EdgeDRM", "random"}
     md = reach_markdown(reach_table(found))
     assert "| RR4 | FashionMNIST 5-SPC | 2 | 95.0 ± 7.1 | 65.0 ± 7.1 | 40.0 ± 0.0 |" in md
+
+
+def test_reach_table_keeps_lambdas_apart(tmp_path: Path) -> None:
+    """Two runs of one graph, setting and seed at lambda 0.9 (reached 20 %) and 0.5 (reached 60 %) are
+    two rows with a lambda column, never one pooled 40.0 ± 28.3 cell."""
+    import json
+
+    from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
+
+    config = (
+        "seed: 1\ndata:\n  class_path: lightning_fed.data.FashionMNIST\n"
+        "algorithm:\n  class_path: lightning_fed.algorithms.EdgeDRM\n  init_args:\n"
+        "    lam: {lam}\n    topology: {{class_path: lightning_fed.graphs.Path}}\n"
+    )
+    for lam, reached in ((0.9, 20.0), (0.5, 60.0)):
+        run = tmp_path / f"path-lam{lam}-seed1"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({}))
+        (run / "config.yaml").write_text(config.format(lam=lam))
+        row = {"router": "EdgeDRM", "prediction_rule": "hard terminal"}
+        pl.DataFrame([{**row, "source_reached": reached, "source_in_reach": 100.0}]).write_csv(
+            run / "referral.csv"
+        )
+    md = reach_markdown(reach_table(reach_rows(tmp_path))).splitlines()
+    assert md[0] == "| graph | setting | lambda | seeds | in reach (%) | EdgeDRM reached (%) |"
+    assert md[2:] == [
+        "| Path | FashionMNIST default | 0.5 | 1 | 100.0 | 60.0 |",
+        "| Path | FashionMNIST default | 0.9 | 1 | 100.0 | 20.0 |",
+    ]
