@@ -83,8 +83,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         EdgeDRM's margins per graph), ``edgedrm_settings.md`` (Table 2's layout: setting rows, method
         columns), ``edgedrm_paired.md`` (EdgeDRM minus DFedAvgM, EdgeDRM-NR, the strongest other
         decentralized method and FedDRM per graph and setting, paired over seeds, 95 % t interval and
-        verdict), ``referral_reach.md`` (per graph, setting and ``lambda``, the share of test queries whose source
-        is within L moves of the entry, and the share each router's walks reach it),
+        verdict), ``referral_reach.md`` (per graph, setting and ``lambda``, the share of test queries
+        whose source is within L moves of the entry, and the share each router's walks reach it),
         ``edgedrm_checkpoints.md`` (per setting, graph and ``lambda``: the encoder gap between
         neighbours, the stage-II head shift and the potential norm, read from the checkpoints) and, with
         hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
