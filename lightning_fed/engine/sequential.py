@@ -114,7 +114,7 @@ class SequentialEngine(Engine):
             batch = TermBatch(
                 params=params,
                 start=start,
-                centers=torch.tensor([c]),
+                centers=self.center_ids[c : c + 1],  # the global id (a shard's models are not 0..k-1)
                 x=xb.unsqueeze(0),
                 mask=torch.ones(1, len(yb), dtype=yb.dtype, device=self.device),
                 features=None if features is None else features.unsqueeze(0),
