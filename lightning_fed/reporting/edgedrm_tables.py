@@ -57,6 +57,7 @@ __all__ = [
     "graph_order",
     "run_lambda",
     "run_setting",
+    "table_method",
 ]
 
 #: Methods shown as references, never marked best (the paper's "Reference" group, and the oracle).
@@ -120,7 +121,9 @@ def run_setting(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _method(router: str, rule: str) -> str | None:
+def table_method(router: str, rule: str) -> str | None:
+    """The EdgeDRM tables' method name of a referral-table row (``router``, ``prediction_rule``), or
+    None for a row the tables do not show (e.g. EdgeDRM's other prediction rules)."""
     if (router, rule) in _ROUTER_METHODS:
         return _ROUTER_METHODS[(router, rule)]
     ours = router.startswith(("EdgeDRM", "FedDRM", "DFedAvgM", "oracle router"))
@@ -171,7 +174,7 @@ def edgedrm_rows(root: Path) -> pl.DataFrame:
         # Table 5 sweep: lambda_table.md).
         suffix = "" if lam == PRIMARY_LAMBDA else f" (lambda {lam:g})"
         for r in table.iter_rows(named=True):
-            method = _method(str(r["router"]), str(r["prediction_rule"]))
+            method = table_method(str(r["router"]), str(r["prediction_rule"]))
             if method is not None:
                 rows.append(
                     {"run": run.name, **setting, "method": method + suffix, "accuracy": 100.0 * r["accuracy"]}

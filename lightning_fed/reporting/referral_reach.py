@@ -76,16 +76,10 @@ def reach_markdown(table: pl.DataFrame) -> str:
     head = ["graph", "setting", *(["lambda"] if lambdas else []), "seeds", "in reach (%)"]
     head += [f"{r} reached (%)" for r in routers]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    keys = sorted(set(table.select("graph", "dataset", "partition", "clients", "lam").iter_rows()))
-    for key in sorted(keys, key=lambda k: (graph_order(k[0]), k[1:])):
-        graph, dataset, partition, clients, lam = key
-        part = table.filter(
-            (pl.col("graph") == graph)
-            & (pl.col("dataset") == dataset)
-            & (pl.col("partition") == partition)
-            & (pl.col("clients") == clients)
-            & (pl.col("lam") == lam)
-        )
+    groups = table.partition_by("graph", "dataset", "partition", "clients", "lam", as_dict=True)
+    for key in sorted(groups, key=lambda k: (graph_order(k[0]), k[1:])):
+        graph, dataset, partition, _, lam = key
+        part = groups[key]
         by = {r["router"]: r for r in part.iter_rows(named=True)}
         first = next(iter(by.values()))
         cells = [mean_sd_cell(by[r], "source_reached", ".1f") if r in by else "-" for r in routers]

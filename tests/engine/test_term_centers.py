@@ -25,7 +25,7 @@ class RecordCenters(LocalTerm):
 
     def loss(self, batch: TermBatch) -> Tensor:
         self.seen.update(int(c) for c in batch.centers)
-        return next(iter(batch.params.values())).sum(dim=tuple(range(1, 3))) * 0.0
+        return batch.mask.sum(1) * 0.0
 
 
 @pytest.mark.parametrize("engine", [PackedEngine, SequentialEngine])

@@ -3,8 +3,8 @@
 The FedDRM runs and the decentralized runs were made in different sessions, and only the latter's
 report (``../referral.csv``) was kept, so ``lightning-fed report`` cannot pair them. This script does
 what ``edgedrm_paired.md`` does for one folder: per setting, FedDRM's ``feddrm_accuracy`` of each seed
-(``run_summaries/*/summary.json``) against each method's accuracy on the same seed (the referral table's
-EdgeDRM weighted history, EdgeDRM-NR and the DFedAvgM stage-I model, the rows the EdgeDRM tables read),
+(``run_summaries/*/summary.json``) against each method's accuracy on the same seed (the referral-table
+rows the EdgeDRM tables read, named by :func:`~lightning_fed.reporting.edgedrm_tables.table_method`),
 with :func:`lightning_fed.reporting.paired.paired_comparison`'s 95 % t interval. Prints markdown.
 
 Run from the repository root: ``python docs/results/edgedrm_table2_cpu/feddrm/paired.py``.
@@ -17,15 +17,12 @@ from pathlib import Path
 
 import polars as pl
 
+from lightning_fed.reporting.edgedrm_tables import table_method
 from lightning_fed.reporting.paired import format_interval, paired_comparison
 
 HERE = Path(__file__).resolve().parent
-#: (router, prediction rule) of ``referral.csv`` -> the method name of the EdgeDRM tables.
-METHODS = {
-    ("DFedAvgM (stage I)", "hard terminal"): "DFedAvgM",
-    ("EdgeDRM-NR", "hard terminal"): "EdgeDRM-NR",
-    ("EdgeDRM", "weighted history"): "EdgeDRM",
-}
+#: The decentralized methods FedDRM is compared with, named as the EdgeDRM tables name them.
+METHODS = ("DFedAvgM", "EdgeDRM-NR", "EdgeDRM")
 SETTINGS = {"spc5": "5-SPC", "dir03": "Dir-0.3"}
 
 
@@ -35,6 +32,8 @@ def _seed(run: str) -> int:
 
 def main() -> None:
     referral = pl.read_csv(HERE.parent / "referral.csv")
+    names = [table_method(r, rule) for r, rule in referral.select("router", "prediction_rule").iter_rows()]
+    referral = referral.with_columns(pl.Series("method", names, dtype=pl.String))
     per_seed = ["| setting | seed | FedDRM (%) | routed to the source (%) | balanced accuracy (%) |"]
     per_seed.append("|---|---|---|---|---|")
     paired = ["| setting | FedDRM minus | difference [95 % CI] | verdict | per seed |"]
@@ -48,11 +47,9 @@ def main() -> None:
             cells.append(100 * summary["feddrm_balanced_accuracy"])
             row = " | ".join(f"{v:.2f}" for v in cells)
             per_seed.append(f"| {setting} | {summary['seed']} | {row} |")
-        for (router, rule), name in METHODS.items():
+        for name in METHODS:
             part = referral.filter(
-                pl.col("run").str.starts_with(f"fmnist32-{key}-edgedrm")
-                & (pl.col("router") == router)
-                & (pl.col("prediction_rule") == rule)
+                pl.col("run").str.starts_with(f"fmnist32-{key}-edgedrm") & (pl.col("method") == name)
             )
             theirs = {_seed(r["run"]): 100 * r["accuracy"] for r in part.iter_rows(named=True)}
             d = paired_comparison(feddrm, theirs)
