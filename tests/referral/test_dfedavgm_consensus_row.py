@@ -15,7 +15,7 @@ from lightning_fed.federation import Federation
 from lightning_fed.graphs.topology import Path as PathGraph
 from lightning_fed.referral.routers import CountOnlyRouter
 from lightning_fed.referral.run import refer_run
-from lightning_fed.reporting.edgedrm_tables import _method
+from lightning_fed.reporting.edgedrm_tables import table_method
 from lightning_fed.types import TrainerConfig
 
 from .test_algorithms import toy_federation
@@ -93,5 +93,5 @@ def test_without_consensus_the_one_row_is_the_stage1_model(
 
 def test_the_tables_read_the_fair_row_only() -> None:
     """Tables 1/2 take ``DFedAvgM (stage I)`` as DFedAvgM; the pre-consensus row stays in referral.csv."""
-    assert _method("DFedAvgM (stage I)", "hard terminal") == "DFedAvgM"
-    assert _method(PRE, "hard terminal") is None
+    assert table_method("DFedAvgM (stage I)", "hard terminal") == "DFedAvgM"
+    assert table_method(PRE, "hard terminal") is None
