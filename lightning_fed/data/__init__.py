@@ -1,4 +1,8 @@
-"""Data sources, partitioners and per-center data."""
+"""Data sources, partitioners and per-center data.
+
+Every partitioner lives in :mod:`lightning_fed.data.partition` (one protocol for tables and images);
+``lightning_fed.data.images_partition`` and its names stay as aliases for one release.
+"""
 
 from lightning_fed.data.augment import Augment, RandomResizedCrop
 from lightning_fed.data.base import DataSource
@@ -8,9 +12,17 @@ from lightning_fed.data.eicu import EICU
 from lightning_fed.data.fedprox_synthetic import FedProxSynthetic
 from lightning_fed.data.images import CIFAR, Digits, FashionMNIST, ImageSource
 from lightning_fed.data.images_isic import ISIC2019
-from lightning_fed.data.images_partition import BalancedSizes, DirichletLabels, Shards
 from lightning_fed.data.mimic import MimicIV
-from lightning_fed.data.partition import IID, Dirichlet, Natural, Partitioner
+from lightning_fed.data.partition import (
+    IID,
+    BalancedSizes,
+    Dirichlet,
+    DirichletLabels,
+    LabelPool,
+    Natural,
+    Partitioner,
+    Shards,
+)
 from lightning_fed.data.synthetic import SyntheticICU, TeacherICU
 from lightning_fed.data.tabular import Tabular
 
@@ -30,6 +42,7 @@ __all__ = [
     "FedProxSynthetic",
     "FederatedData",
     "ImageSource",
+    "LabelPool",
     "MimicIV",
     "Natural",
     "Partitioner",

@@ -16,7 +16,7 @@ from lightning_fed.data.center import FederatedData, PooledTable, build_federati
 from lightning_fed.data.partition import Natural, Partitioner
 from lightning_fed.validation import check_int
 
-__all__ = ["DataSource", "TableSource"]
+__all__ = ["DataSource", "TableSource", "partitioner_key"]
 
 
 class DataSource(ABC):
@@ -25,6 +25,25 @@ class DataSource(ABC):
     @abstractmethod
     def build(self, seed: int) -> FederatedData:
         """Build the federation; every random draw derives from ``seed``."""
+
+    def report_key(self) -> str:
+        """The dataset's name in reports and in ``summary.json``'s ``setting`` (default: the class
+        name; :func:`lightning_fed.setting.run_setting`)."""
+        return type(self).__name__
+
+    def partition_key(self) -> str:
+        """The partition's name in reports: the configured partitioner's ``report_key()`` (its class
+        name when it has none), ``default`` when none was given (the source's own centers or its
+        default partition)."""
+        return "default"
+
+
+def partitioner_key(partitioner: object | None) -> str:
+    """``partitioner.report_key()``; its class name for one without; ``default`` for None."""
+    if partitioner is None:
+        return "default"
+    key = getattr(partitioner, "report_key", None)
+    return str(key()) if callable(key) else type(partitioner).__name__
 
 
 class TableSource(DataSource):
@@ -48,6 +67,10 @@ class TableSource(DataSource):
         self.partitioner = partitioner
         self.seed = None if seed is None else int(seed)
         self.min_center_size = check_int("min_center_size", min_center_size, 0)
+
+    def partition_key(self) -> str:
+        """The partitioner's ``report_key()``, ``default`` without one (:class:`Natural`)."""
+        return partitioner_key(self.partitioner)
 
     def effective_seed(self, seed: int) -> int:
         """``self.seed`` when set (fixes the data while training seeds vary), else the run seed."""

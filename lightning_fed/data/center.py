@@ -1,6 +1,11 @@
 """From a pooled table to per-center data: splits, per-center standardization, metadata.
 
-Every data source (synthetic, MIMIC-IV, eICU, any CSV) produces a :class:`PooledTable` in raw
+:func:`federate` is the one builder of a federation: every source (tables, image collections,
+ISIC2019) hands it its groups (a partitioner's, :mod:`lightning_fed.data.partition`, or its natural
+centers) and how one group becomes a :class:`CenterData`. The splits the sources use live here too
+(:func:`stratified_split`; the image sources' :func:`client_split` and :func:`subsample`).
+
+Every table source (synthetic, MIMIC-IV, eICU, any CSV) produces a :class:`PooledTable` in raw
 units; a partitioner turns it into index groups; :func:`build_federation` turns each group into a
 :class:`CenterData` with a stratified 80/10/10 split, continuous features standardized on that
 center's own train split only (ABPS Sec. 6.1), and the metadata descriptor
@@ -11,7 +16,7 @@ split (ABPS Sec. 4.1 and 6.3). Nothing here lets one center's rows reach another
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +35,10 @@ __all__ = [
     "FederatedData",
     "PooledTable",
     "build_federation",
+    "client_split",
+    "federate",
     "stratified_split",
+    "subsample",
 ]
 
 #: Length of the base descriptor ``[positive rate, log n_train, mean year / 2030]``.
@@ -90,6 +98,17 @@ class PooledTable:
         missing = set(self.charlson_columns) - set(self.feature_names)
         if missing:
             raise ValueError(f"PooledTable.charlson_columns not among features: {sorted(missing)}")
+
+    @property
+    def num_classes(self) -> int:
+        """2: a table's label is binary (the :class:`~lightning_fed.data.partition.Pool` protocol)."""
+        return 2
+
+    @property
+    def num_centers(self) -> int | None:
+        """None: a table leaves the number of centers to its partitioner (its sites, or the
+        partitioner's ``num_centers``)."""
+        return None
 
 
 @dataclass(frozen=True, eq=False)
@@ -190,6 +209,73 @@ def stratified_split(y: np.ndarray, fractions: Sequence[float], rng: np.random.G
     return [np.sort(np.concatenate(p)) for p in parts]
 
 
+def subsample(rows: np.ndarray, max_rows: int | None, seed: int, center: int) -> np.ndarray:
+    """At most ``max_rows`` of ``rows`` (sorted), drawn without replacement.
+
+    The draw comes from ``numpy_rng(seed, "subsample", center)``; ``rows`` itself is returned when it
+    has no more than ``max_rows`` entries (or ``max_rows`` is None).
+    """
+    if max_rows is None or len(rows) <= max_rows:
+        return rows
+    return np.sort(numpy_rng(seed, "subsample", center).choice(rows, size=max_rows, replace=False))
+
+
+def client_split(
+    labels: np.ndarray, seed: int, center: int, train: float = 0.7, val_share: float = 0.2
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions of one image center's train / validation / test images (EdgeDRM App. D.1).
+
+    Stratified by label (:func:`stratified_split`): ``train`` of each class to training, the rest
+    held out; the held-out images of each class are then split ``val_share`` to validation and the
+    remainder to test. Per class of ``n`` images: ``round(0.7 n)`` train, ``round(0.2 h)`` validation
+    of the ``h = n - round(0.7 n)`` held out, and the rest test. Draws from
+    ``numpy_rng(seed, "split", center)``.
+
+    Returns:
+        Sorted positions into ``labels`` (disjoint, covering all of them).
+    """
+    rng = numpy_rng(seed, "split", center)
+    tr, held = stratified_split(labels, (train, 1.0 - train), rng)
+    va, te = stratified_split(labels[held], (val_share, 1.0 - val_share), rng)
+    return tr, held[va], held[te]
+
+
+def federate(
+    groups: Iterable[tuple[int, str, np.ndarray]],
+    center: Callable[[int, str, np.ndarray], CenterData],
+    *,
+    feature_names: Sequence[str],
+    num_classes: int = 2,
+    metadata_names: Sequence[str] = (),
+    train_augment: Augment | None = None,
+    dropped: Sequence[str] = (),
+) -> FederatedData:
+    """The one builder of a federation, shared by every source (tables, image collections, ISIC).
+
+    A source turns its pool into groups (a partitioner's, or its natural centers) and says how one
+    group becomes a center (its split, scaling and descriptor); this builds the centers in order and
+    the :class:`FederatedData` around them.
+
+    Args:
+        groups: ``(k, name, row indices)`` per center, in center-id order; ``k`` is the group's index
+            among all groups (dropped ones included), the key its split and subsample draw from.
+        center: Builds center ``k`` from its name and rows.
+        feature_names, num_classes, metadata_names, train_augment: As :class:`FederatedData`.
+        dropped: Names of the groups left out (``FederatedData.dropped_centers``).
+
+    Returns:
+        The federation.
+    """
+    return FederatedData(
+        centers=tuple(center(k, name, rows) for k, name, rows in groups),
+        feature_names=tuple(feature_names),
+        dropped_centers=tuple(dropped),
+        num_classes=num_classes,
+        metadata_names=tuple(metadata_names),
+        train_augment=train_augment,
+    )
+
+
 def build_federation(
     table: PooledTable,
     groups: Sequence[tuple[str, np.ndarray]],
@@ -259,8 +345,8 @@ def build_federation(
     charlson_idx = [table.feature_names.index(c) for c in table.charlson_columns]
     cont = np.asarray(table.continuous, dtype=bool)
     n_extra = len(nan_cols)
-    centers = []
-    for k, name, rows in kept:
+
+    def center(k: int, name: str, rows: np.ndarray) -> CenterData:
         tr, va, te = (rows[p] for p in stratified_split(table.y[rows], split, numpy_rng(seed, "split", k)))
         if len(tr) < min_train:
             raise ValueError(
@@ -305,25 +391,25 @@ def build_federation(
         y_tr = table.y[tr]
         base = [float(y_tr.mean()), float(np.log(len(tr))), float(table.year[tr].mean() / 2030.0)]
         prevalence = x_tr[:, charlson_idx].mean(axis=0) if charlson_idx else np.zeros(0)
-        centers.append(
-            CenterData(
-                name=name,
-                x_train=scaled(tr),
-                y_train=torch.from_numpy(y_tr.astype(np.float32)),
-                x_val=scaled(va),
-                y_val=torch.from_numpy(table.y[va].astype(np.float32)),
-                x_test=scaled(te),
-                y_test=torch.from_numpy(table.y[te].astype(np.float32)),
-                metadata=torch.tensor(np.concatenate([base, prevalence]), dtype=torch.float64),
-                attributes=dict(table.attributes.get(name, {})),
-                feature_mean=torch.from_numpy(mean),
-                feature_std=torch.from_numpy(std),
-            )
+        return CenterData(
+            name=name,
+            x_train=scaled(tr),
+            y_train=torch.from_numpy(y_tr.astype(np.float32)),
+            x_val=scaled(va),
+            y_val=torch.from_numpy(table.y[va].astype(np.float32)),
+            x_test=scaled(te),
+            y_test=torch.from_numpy(table.y[te].astype(np.float32)),
+            metadata=torch.tensor(np.concatenate([base, prevalence]), dtype=torch.float64),
+            attributes=dict(table.attributes.get(name, {})),
+            feature_mean=torch.from_numpy(mean),
+            feature_std=torch.from_numpy(std),
         )
-    return FederatedData(
-        centers=tuple(centers),
+
+    return federate(
+        kept,
+        center,
         feature_names=feature_names,
-        dropped_centers=dropped,
+        dropped=dropped,
         metadata_names=(*TABLE_METADATA_NAMES, *(f"prevalence_{c}" for c in table.charlson_columns)),
     )
 

@@ -1,9 +1,10 @@
 """Image federations for EdgeDRM (Sec. 5.1, App. D.1): label-skewed clients with fixed colour transforms.
 
 An :class:`ImageSource` pools a collection's official train and test images, deals them to
-``num_clients`` clients with a label partition (:class:`~lightning_fed.data.images_partition.Shards`
-by default, or :class:`~lightning_fed.data.images_partition.DirichletLabels`), optionally subsamples
-each client to ``max_per_client`` images, splits each client 70 / 30 and the held-out 30 % into
+``num_clients`` centers (the EdgeDRM paper's clients) with a partitioner of
+:mod:`lightning_fed.data.partition` (:class:`~lightning_fed.data.partition.Shards` by default,
+:class:`~lightning_fed.data.partition.DirichletLabels`, any other), optionally subsamples each client
+to ``max_per_client`` images, splits each client 70 / 30 and the held-out 30 % into
 20 % validation / 80 % test (stratified), applies the client's deterministic colour transform once
 (:mod:`lightning_fed.data.images_transforms`), and normalizes every channel with the collection's
 fixed mean / std (constants, so no client reads another's pixels).
@@ -32,11 +33,11 @@ import torch
 from torch import Tensor
 
 from lightning_fed.data.augment import Augment, check_image_size
-from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import CenterData, FederatedData
+from lightning_fed.data.base import DataSource, partitioner_key
+from lightning_fed.data.center import CenterData, FederatedData, client_split, federate, subsample
 from lightning_fed.data.images_io import missing_fashion_files, read_cifar, read_fashion_mnist
-from lightning_fed.data.images_partition import LabelPartition, Shards, client_split, subsample
 from lightning_fed.data.images_transforms import ColourTransform, client_transforms
+from lightning_fed.data.partition import LabelPool, Partitioner, Shards
 from lightning_fed.validation import check_int
 
 __all__ = ["CIFAR", "Digits", "FashionMNIST", "ImageSource", "image_center", "image_options"]
@@ -123,8 +124,9 @@ class ImageSource(DataSource):
     Subclasses set ``channel_names``, ``mean`` and ``std`` and implement :meth:`pooled`.
 
     Args:
-        num_clients: Number of clients (paper: 8; 32 for the scaling study).
-        partition: Label partition; None = :class:`Shards` with its default shards per client.
+        num_clients: Number of centers (the EdgeDRM paper's clients; paper: 8, 32 for the scaling study).
+        partition: Partitioner (:mod:`lightning_fed.data.partition`); None = :class:`Shards` with its
+            default shards per client.
         transforms: Apply the per-client colour transforms of App. D.1 (client ``i`` gets family entry
             ``i mod 8``, or ``i mod 32`` with more than eight clients).
         max_per_client: Keep at most this many images per client (seeded; for CPU runs), or None.
@@ -141,7 +143,7 @@ class ImageSource(DataSource):
     def __init__(
         self,
         num_clients: int = 8,
-        partition: LabelPartition | None = None,
+        partition: Partitioner | None = None,
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
@@ -150,8 +152,10 @@ class ImageSource(DataSource):
         self.num_clients = check_int("data.num_clients", num_clients, 1)
         if partition is not None and not callable(getattr(partition, "assign", None)):
             raise ValueError(
-                f"data.partition must be a label partition (Shards, DirichletLabels), got {partition!r}"
+                f"data.partition must be a partitioner (Shards, DirichletLabels, BalancedSizes), "
+                f"got {partition!r}"
             )
+        self._partition_given = partition is not None
         self.partition = partition if partition is not None else Shards()
         self.transforms, self.max_per_client, self.seed = image_options(transforms, max_per_client, seed)
         if augment is not None and not isinstance(augment, Augment):
@@ -160,6 +164,16 @@ class ImageSource(DataSource):
                 f"null, got {augment!r}"
             )
         self.augment = augment
+
+    @property
+    def num_centers(self) -> int:
+        """The number of centers (``num_clients``, the EdgeDRM paper's word and the config key)."""
+        return self.num_clients
+
+    def partition_key(self) -> str:
+        """The partition's ``report_key()`` (``5-SPC``, ``Dir-0.3``, ``balanced``); ``default`` when
+        ``data.partition`` was not given."""
+        return partitioner_key(self.partition if self._partition_given else None)
 
     @abstractmethod
     def pooled(self) -> tuple[np.ndarray, np.ndarray, int]:
@@ -177,34 +191,34 @@ class ImageSource(DataSource):
         seed = int(self.seed if self.seed is not None else seed)
         images, labels, num_classes = self.pooled()
         check_image_size(self.augment, images.shape)
-        groups = self.partition.assign(labels, self.num_clients, num_classes, seed)
+        groups = self.partition.assign(LabelPool(labels, num_classes, self.num_clients), seed)
         colours = client_transforms(len(self.channel_names), self.num_clients) if self.transforms else None
-        centers = []
-        for k, rows in enumerate(groups):
-            rows = subsample(np.asarray(rows), self.max_per_client, seed, k)
+
+        def center(k: int, name: str, rows: np.ndarray) -> CenterData:
+            rows = subsample(rows, self.max_per_client, seed, k)
             if len(rows) < 3:
                 raise ValueError(
                     f"client {k} received {len(rows)} images, too few to split: lower data.num_clients"
                 )
             tr, va, te = (rows[p] for p in client_split(labels[rows], seed, k))
-            centers.append(
-                image_center(
-                    f"client-{k}",
-                    images,
-                    labels,
-                    (tr, va, te),
-                    num_classes,
-                    self.mean,
-                    self.std,
-                    None if colours is None else colours[k],
-                    {"source": type(self).__name__},
-                )
+            return image_center(
+                name,
+                images,
+                labels,
+                (tr, va, te),
+                num_classes,
+                self.mean,
+                self.std,
+                None if colours is None else colours[k],
+                {"source": type(self).__name__},
             )
-        return FederatedData(
-            centers=tuple(centers),
+
+        return federate(
+            [(k, f"client-{k}", np.asarray(rows)) for k, (_, rows) in enumerate(groups)],
+            center,
             feature_names=self.channel_names,
             num_classes=num_classes,
-            metadata_names=tuple(f"share_class_{k}" for k in range(num_classes)),
+            metadata_names=[f"share_class_{k}" for k in range(num_classes)],
             train_augment=self.augment,
         )
 
@@ -247,7 +261,7 @@ class FashionMNIST(ImageSource):
         self,
         root: str = "/usr/share/datasets/fashion-mnist",
         num_clients: int = 8,
-        partition: LabelPartition | None = None,
+        partition: Partitioner | None = None,
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
@@ -286,7 +300,7 @@ class CIFAR(ImageSource):
         root: str,
         variant: int = 10,
         num_clients: int = 8,
-        partition: LabelPartition | None = None,
+        partition: Partitioner | None = None,
         transforms: bool = True,
         max_per_client: int | None = None,
         seed: int | None = None,
@@ -306,6 +320,10 @@ class CIFAR(ImageSource):
         cifar10 = self.variant == 10
         self.mean = (0.4914, 0.4822, 0.4465) if cifar10 else (0.5071, 0.4865, 0.4409)
         self.std = (0.2470, 0.2435, 0.2616) if cifar10 else (0.2673, 0.2564, 0.2762)
+
+    def report_key(self) -> str:
+        """``CIFAR-<variant>`` (``CIFAR-10``, ``CIFAR-20``, ``CIFAR-100``)."""
+        return f"CIFAR-{self.variant}"
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, int]:
         images, labels = read_cifar(self.root, self.variant)

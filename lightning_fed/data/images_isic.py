@@ -10,8 +10,8 @@ With ``metadata_csv`` (the ISIC2019 training metadata: columns ``image`` and ``l
 follows App. D.3.1 instead (:mod:`lightning_fed.data.isic_audit`). Images are grouped by lesion id
 and by byte-identical files, plus any ``links`` given. Training images whose group reaches the test
 fold are removed, and so are training groups with conflicting labels. The rest is split by group
-within center-class cells, with ``audit_seed`` (the paper: 42). :meth:`ISIC2019.audit_counts` gives
-the paper's Table 7 (train / validation / test / excluded per center).
+within center-class cells, with ``audit_seed`` (the paper: 42). ``benchmarks/isic_table7.py`` prints
+the paper's Table 7 (train / validation / test / excluded per center) from :attr:`ISIC2019.audit`.
 
 Images are read with Pillow, converted to RGB, resized with bilinear interpolation so the shorter
 side is ``size`` and centre-cropped to ``size x size`` (the paper's deterministic evaluation view;
@@ -29,13 +29,11 @@ import numpy as np
 
 from lightning_fed.data.augment import Augment, check_image_size
 from lightning_fed.data.base import DataSource
-from lightning_fed.data.center import FederatedData, stratified_split
+from lightning_fed.data.center import CenterData, FederatedData, federate, stratified_split, subsample
 from lightning_fed.data.images import RGB, image_center, image_options
-from lightning_fed.data.images_partition import subsample
 from lightning_fed.data.images_transforms import client_transforms
 from lightning_fed.data.isic_audit import (
     EXCLUDED,
-    TEST,
     TRAIN,
     VAL,
     Audit,
@@ -166,21 +164,20 @@ class ISIC2019(DataSource):
             link_groups(keys), self._labels, self._centers, self._test, self.val_fraction, self.audit_seed
         )
 
-    def audit_counts(self) -> list[dict[str, object]]:
-        """Per center (sorted), the audited ``train`` / ``val`` / ``test`` / ``excluded`` image counts
-        (the paper's Table 7); ``[]`` without ``metadata_csv``."""
-        if self._audit is None:
-            return []
-        names = sorted(set(self._centers.tolist()), key=_center_key)
-        role = self._audit.role
-        return [
-            {"center": name}
-            | {
-                k: int(((self._centers == name) & (role == r)).sum())
-                for k, r in (("train", TRAIN), ("val", VAL), ("test", TEST), ("excluded", EXCLUDED))
-            }
-            for name in names
-        ]
+    @property
+    def audit(self) -> Audit | None:
+        """The App. D.3.1 audit (a role per row of ``split_csv``), or None without ``metadata_csv``."""
+        return self._audit
+
+    @property
+    def row_centers(self) -> np.ndarray:
+        """The source center of every row of ``split_csv``."""
+        return self._centers
+
+    @property
+    def center_names(self) -> list[str]:
+        """The source centers in center-id order (``center-<name>`` is center ``k``'s name)."""
+        return sorted(set(self._centers.tolist()), key=_center_key)
 
     def _read_split(self) -> tuple[list[Path], np.ndarray, np.ndarray, np.ndarray]:
         with open(self.split_csv, newline="") as fh:
@@ -226,16 +223,11 @@ class ISIC2019(DataSource):
             seed: Run seed (overridden by ``data.seed``); the subsample and the val split draw from it.
         """
         seed = int(self.seed if self.seed is not None else seed)
-        names = sorted(set(self._centers.tolist()), key=_center_key)
+        names = self.center_names
         colours = client_transforms(3, len(names)) if self.transforms else None
-        centers = []
-        for k, name in enumerate(names):
-            kept = (
-                self._centers == name
-                if self._audit is None
-                else (self._centers == name) & (self._audit.role != EXCLUDED)
-            )
-            rows = subsample(np.flatnonzero(kept), self.max_per_client, seed, k)
+
+        def center(k: int, name: str, rows: np.ndarray) -> CenterData:
+            rows = subsample(rows, self.max_per_client, seed, k)
             train_fold, test_fold = rows[~self._test[rows]], rows[self._test[rows]]
             if len(train_fold) < 2 or len(test_fold) < 1:
                 raise ValueError(
@@ -253,23 +245,29 @@ class ISIC2019(DataSource):
             images = np.stack([load_square_rgb(self._paths[i], self.size) for i in local])
             bounds = np.cumsum([len(train_rows), len(val_rows)])
             parts = np.split(np.arange(len(local)), bounds)
-            centers.append(
-                image_center(
-                    f"center-{name}",
-                    images,
-                    self._labels[local],
-                    (parts[0], parts[1], parts[2]),
-                    self.num_classes,
-                    IMAGENET_MEAN,
-                    IMAGENET_STD,
-                    None if colours is None else colours[k],
-                    {"source": "ISIC2019", "center": name},
-                )
+            return image_center(
+                f"center-{name}",
+                images,
+                self._labels[local],
+                (parts[0], parts[1], parts[2]),
+                self.num_classes,
+                IMAGENET_MEAN,
+                IMAGENET_STD,
+                None if colours is None else colours[k],
+                {"source": "ISIC2019", "center": name},
             )
-        return FederatedData(
-            centers=tuple(centers),
+
+        kept = [
+            self._centers == name
+            if self._audit is None
+            else (self._centers == name) & (self._audit.role != EXCLUDED)
+            for name in names
+        ]
+        return federate(
+            [(k, name, np.flatnonzero(mask)) for k, (name, mask) in enumerate(zip(names, kept, strict=True))],
+            center,
             feature_names=RGB,
             num_classes=self.num_classes,
-            metadata_names=tuple(f"share_class_{k}" for k in range(self.num_classes)),
+            metadata_names=[f"share_class_{k}" for k in range(self.num_classes)],
             train_augment=self.augment,
         )

@@ -504,6 +504,11 @@ class TeacherICU(TableSource):
             f"min_stays={self.min_stays}, partitioner={self.partitioner!r}, seed={self.seed})"
         )
 
+    def report_key(self) -> str:
+        """``SyntheticICU``: the historical name every shipped config and earlier run uses (the same
+        class, so both names share report rows)."""
+        return "SyntheticICU"
+
     # ------------------------------------------------------------------ layout
     def _layout(self) -> tuple[np.ndarray, np.ndarray]:
         """Unit index and window index of each center (deterministic, seed-free; see

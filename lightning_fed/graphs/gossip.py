@@ -6,7 +6,7 @@ run seed (:func:`build_graph`: connected, errors naming the config key) and exch
 along its edges: :func:`directed_edges` gives both directions of every edge whose two ends are
 available, one message per directed edge. Sending, validating and dropping the rejected is the one
 exchange path of :func:`lightning_fed.comm.exchange.exchange`; mixing what arrived is
-:func:`lightning_fed.aggregation.mixing.mix_received` (architecture decisions 2 and 9).
+:func:`lightning_fed.aggregation.mixing.mix_received` (docs/architecture.md, decisions 2 and 9).
 """
 
 from __future__ import annotations

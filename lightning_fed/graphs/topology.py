@@ -210,6 +210,14 @@ class Topology(ABC):
     def _build(self, num_nodes: int, seed: int) -> Graph:
         """Build the graph (``num_nodes`` already checked against :attr:`min_nodes`)."""
 
+    def report_key(self) -> str:
+        """The graph's name in reports and in ``summary.json``'s ``setting`` (default: the class name).
+
+        Reports group runs by it (:func:`lightning_fed.setting.run_setting`), so it names the graph,
+        not one draw of it: two seeds of ``RandomRegular(4)`` share ``RR4``.
+        """
+        return type(self).__name__
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({args})"
@@ -275,6 +283,10 @@ class RandomRegular(Topology):
     @property
     def min_nodes(self) -> int:  # type: ignore[override]
         return self.degree + 1
+
+    def report_key(self) -> str:
+        """``RR<degree>`` (the paper's RR4)."""
+        return f"RR{self.degree}"
 
     def _build(self, num_nodes: int, seed: int) -> Graph:
         n, k = num_nodes, self.degree
@@ -358,6 +370,10 @@ class EdgeList(Topology):
     def _build(self, num_nodes: int, seed: int) -> Graph:
         return Graph.from_pairs(num_nodes, self.edges)
 
+    def report_key(self) -> str:
+        """``name`` when given (the fixed ``RR4`` edge lists read as RR4), else ``EdgeList``."""
+        return self.name or type(self).__name__
+
 
 class HospitalTiers(Topology):
     """The hospital-tier graphs of EdgeDRM App. D.1 / Table 4 (paper: 16/8/8 hospitals).
@@ -382,6 +398,13 @@ class HospitalTiers(Topology):
                 raise ValueError(f"HospitalTiers.{name} must be >= 1, got {value}")
         self.shortcut = bool(shortcut)
         self.small, self.medium, self.large = int(small), int(medium), int(large)
+
+    def report_key(self) -> str:
+        """``Tiers-layered`` or ``Tiers-shortcut``, with ``small/medium/large`` appended when the tier
+        sizes are not the paper's 16/8/8, so two tier graphs never share a report row."""
+        name = "Tiers-shortcut" if self.shortcut else "Tiers-layered"
+        sizes = (self.small, self.medium, self.large)
+        return name if sizes == (16, 8, 8) else f"{name} {'/'.join(map(str, sizes))}"
 
     def _build(self, num_nodes: int, seed: int) -> Graph:
         s, m, lg = self.small, self.medium, self.large

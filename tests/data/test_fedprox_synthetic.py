@@ -209,6 +209,7 @@ def test_partitioner_is_used() -> None:
     assert [c.name for c in fed.centers] == [f"iid-{k:03d}" for k in range(5)]
 
 
+@pytest.mark.cli
 def test_data_describe_lists_it(capsys: pytest.CaptureFixture) -> None:
     from lightning_fed.cli import main
 

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from lightning_fed.data import CIFAR, ISIC2019, Digits, DirichletLabels, FashionMNIST, Shards
+from lightning_fed.data.center import client_split
 from lightning_fed.data.images_io import missing_fashion_files, read_cifar, read_fashion_mnist, read_idx
-from lightning_fed.data.images_partition import client_split, label_shards
 from lightning_fed.data.images_transforms import (
     ColourTransform,
     client_transforms,
@@ -24,8 +24,16 @@ from lightning_fed.data.images_transforms import (
     rgb_thirty_two,
     shift_hue,
 )
+from lightning_fed.data.partition import LabelPool, label_shards
 
 FASHION_ROOT = "/usr/share/datasets/fashion-mnist"
+
+
+def _deal(
+    partition: object, y: np.ndarray, num_centers: int, num_classes: int, seed: int
+) -> list[np.ndarray]:
+    """The row groups a partitioner deals a labelled pool into (the names dropped)."""
+    return [rows for _, rows in partition.assign(LabelPool(y, num_classes, num_centers), seed=seed)]
 
 
 # ---------------------------------------------------------------- IDX
@@ -86,7 +94,7 @@ def test_label_shards_hand_case() -> None:
 
 def test_shards_give_each_client_exactly_per_client_shards() -> None:
     y = np.repeat(np.arange(10), 40)[np.random.default_rng(0).permutation(400)]
-    groups = Shards(per_client=5).assign(y, 4, 10, seed=3)
+    groups = _deal(Shards(per_client=5), y, 4, 10, 3)
     shards = label_shards(y, 20)
     assert all(len(np.unique(y[s])) == 1 and len(s) == 20 for s in shards)
     owner = {int(i): k for k, s in enumerate(shards) for i in s}
@@ -94,9 +102,9 @@ def test_shards_give_each_client_exactly_per_client_shards() -> None:
         assert len(g) == 100 and len(np.unique(y[g])) <= 5
         assert len({owner[int(i)] for i in g}) == 5  # a union of exactly five whole shards
     assert sorted(np.concatenate(groups).tolist()) == list(range(400))
-    again = Shards(per_client=5).assign(y, 4, 10, seed=3)
+    again = _deal(Shards(per_client=5), y, 4, 10, 3)
     assert all(np.array_equal(a, b) for a, b in zip(groups, again, strict=True))
-    other = Shards(per_client=5).assign(y, 4, 10, seed=4)
+    other = _deal(Shards(per_client=5), y, 4, 10, 4)
     assert not all(np.array_equal(a, b) for a, b in zip(groups, other, strict=True))
 
 
@@ -104,23 +112,23 @@ def test_shards_defaults_and_errors() -> None:
     assert Shards().shards_per_client(10) == 5
     assert Shards().shards_per_client(20) == 25 and Shards().shards_per_client(100) == 25
     with pytest.raises(ValueError, match="per_client"):
-        Shards().assign(np.zeros(30, dtype=np.int64), 8, 10, 0)
+        _deal(Shards(), np.zeros(30, dtype=np.int64), 8, 10, 0)
     with pytest.raises(ValueError, match=r"data\.partition\.per_client"):
         Shards(per_client=0)
 
 
 def test_dirichlet_labels_seeded_disjoint_and_skewed() -> None:
     y = np.repeat(np.arange(10), 100)
-    parts = DirichletLabels(alpha=0.3).assign(y, 8, 10, seed=1)
+    parts = _deal(DirichletLabels(alpha=0.3), y, 8, 10, 1)
     assert sorted(np.concatenate(parts).tolist()) == list(range(1000))
     assert min(len(p) for p in parts) >= 10
-    again = DirichletLabels(alpha=0.3).assign(y, 8, 10, seed=1)
+    again = _deal(DirichletLabels(alpha=0.3), y, 8, 10, 1)
     assert all(np.array_equal(a, b) for a, b in zip(parts, again, strict=True))
-    other = DirichletLabels(alpha=0.3).assign(y, 8, 10, seed=2)
+    other = _deal(DirichletLabels(alpha=0.3), y, 8, 10, 2)
     assert not all(np.array_equal(a, b) for a, b in zip(parts, other, strict=True))
 
     def top_share(alpha: float) -> float:
-        groups = DirichletLabels(alpha=alpha).assign(y, 8, 10, seed=0)
+        groups = _deal(DirichletLabels(alpha=alpha), y, 8, 10, 0)
         return float(np.mean([np.bincount(y[g]).max() / len(g) for g in groups]))
 
     assert top_share(0.05) > 0.6 > 0.2 > top_share(1000.0)
@@ -131,10 +139,10 @@ def test_dirichlet_labels_seeded_disjoint_and_skewed() -> None:
 def test_client_split_70_30_then_20_80() -> None:
     """One class of 100: 70 train, 30 held out -> 6 val, 24 test. Two classes of 50 and 30:
     class 0 -> 35 / round(0.2*15)=3 / 12, class 1 -> 21 / round(0.2*9)=2 / 7, so 56 / 5 / 19."""
-    tr, va, te = client_split(np.zeros(100, dtype=np.int64), seed=0, client=0)
+    tr, va, te = client_split(np.zeros(100, dtype=np.int64), seed=0, center=0)
     assert (len(tr), len(va), len(te)) == (70, 6, 24)
     y = np.array([0] * 50 + [1] * 30)
-    tr, va, te = client_split(y, seed=0, client=1)
+    tr, va, te = client_split(y, seed=0, center=1)
     assert (len(tr), len(va), len(te)) == (56, 5, 19)
     assert np.bincount(y[va]).tolist() == [3, 2]
     assert sorted(np.concatenate([tr, va, te]).tolist()) == list(range(80))

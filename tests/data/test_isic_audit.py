@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.isic_table7 import audit_counts, table7_markdown
 from lightning_fed.data import ISIC2019
 from lightning_fed.data.isic_audit import EXCLUDED, TEST, TRAIN, VAL, audit_split, link_groups
 
@@ -69,7 +70,7 @@ def test_audit_on_the_hand_built_split(tmp_path: Path) -> None:
         metadata_csv=str(meta),
         links=[["A7", "A8"]],
     )
-    audit = data._audit
+    audit = data.audit
     role = dict(zip(ROWS, audit.role.tolist(), strict=True))
     assert audit.test_overlap == 3 and audit.label_conflict == 2
     assert {n for n, r in role.items() if r == EXCLUDED} == {"A0", "A1", "B1", "A3", "A4"}
@@ -78,10 +79,13 @@ def test_audit_on_the_hand_built_split(tmp_path: Path) -> None:
     assert sorted([role["A2"], role["A7"]]) == [TRAIN, VAL]
     assert sorted(role[n] for n in ("B0", "B2", "B3")) == [TRAIN, VAL, VAL]
     a_val = 1 + (2 if role["A7"] == VAL else 1)  # A5 or A6, then {A7, A8} or A2
-    assert data.audit_counts() == [
+    assert audit_counts(data) == [
         {"center": "A", "train": 5 - a_val, "val": a_val, "test": 1, "excluded": 4},
         {"center": "B", "train": 1, "val": 2, "test": 1, "excluded": 1},
     ]
+    table = table7_markdown(audit_counts(data)).splitlines()
+    assert table[0] == "| center | train | val | test | excluded |"
+    assert table[-1] == f"| total | {6 - a_val} | {a_val + 2} | 2 | 5 |"
     built = data.build(0)
     a, b = built.centers
     assert a.n_train + len(a.y_val) == 5 and len(a.y_test) == 1
