@@ -6,6 +6,8 @@ Fabric callbacks reached through ``fabric.call``, which discards return values.
 
 Observer hooks, in call order (each receives the federation first)::
 
+    declare_needs(needs)                 in the constructor: an observer declares what it needs of
+                                         the loop on an ObserverNeeds (validation every round)
     check_data(data)                     in the constructor, the data alone: an observer refuses data
                                          it cannot use (one-line ValueError, before any training)
     on_fit_start(federation)
@@ -40,8 +42,10 @@ evaluate their own candidate models through :attr:`RoundContext.val_utility
 
 * the test split is evaluated at the 0-based rounds ``r`` with ``(r + 1) % k == 0`` and always at
   the last round of the budget, ``r = trainer.rounds - 1`` (k = 3, 10 rounds: rounds 2, 5, 8, 9);
-* the validation split on the same rounds, unless some observer among the Fabric callbacks has
-  ``needs_val_every_round = True`` (early stopping), which makes it every round;
+* the validation split on the same rounds, unless some observer among the Fabric callbacks declares
+  it needs it every round (:class:`~lightning_fed.types.ObserverNeeds`; a
+  :class:`~lightning_fed.callbacks.Callback` with ``needs_val_every_round = True`` does, early
+  stopping for one), which makes it every round;
 * on the other rounds :class:`~lightning_fed.types.RoundResult` carries None for that split's
   per-center AUROC and accuracy, ``rounds.parquet`` a null, the loggers no ``<split>_*`` scalar
   that round, and the progress bar keeps the last value shown.
@@ -79,7 +83,7 @@ from lightning_fed.metrics import batched_auroc, fragile_auroc, round_isolation,
 from lightning_fed.models.base import CenterModule
 from lightning_fed.precision import PrecisionPolicy, policy_of
 from lightning_fed.seeding import derive_seed
-from lightning_fed.types import FinishContext, RoundContext, RoundResult, TrainerConfig
+from lightning_fed.types import FinishContext, ObserverNeeds, RoundContext, RoundResult, TrainerConfig
 
 __all__ = ["Federation"]
 
@@ -170,6 +174,10 @@ class Federation:
         self.engine.set_mask(self.algorithm.parameter_mask())
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
+        # What the observers need of the loop, asked once through the public hook call (the
+        # federation keeps no reference to Fabric's callback list).
+        self.observer_needs = ObserverNeeds()
+        self.fabric.call("declare_needs", self.observer_needs)
         # Observers that need something of the data (e.g. a referral query panel that must fit the
         # federation) refuse it here, with a one-line ValueError, before any training.
         self.fabric.call("check_data", self.data)
@@ -235,10 +243,10 @@ class Federation:
 
     @property
     def val_every_round(self) -> bool:
-        """Whether an observer (a Fabric callback with ``needs_val_every_round = True``, such as
-        :class:`~lightning_fed.callbacks.EarlyStopping`) reads the validation AUROC every round."""
-        callbacks = getattr(self.fabric, "_callbacks", ())  # what fabric.call reaches
-        return any(getattr(cb, "needs_val_every_round", False) for cb in callbacks)
+        """Whether an observer declared that it reads the validation AUROC every round
+        (:attr:`ObserverNeeds.val_every_round <lightning_fed.types.ObserverNeeds.val_every_round>`;
+        e.g. :class:`~lightning_fed.callbacks.EarlyStopping`)."""
+        return self.observer_needs.val_every_round
 
     def evaluates(self, r: int, split: str = "test") -> bool:
         """Whether round ``r`` (0-based) evaluates ``split`` per center (module docstring, cadence).

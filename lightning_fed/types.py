@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from lightning_fed.data.center import FederatedData
     from lightning_fed.models.base import CenterModule
 
-__all__ = ["FinishContext", "RoundContext", "RoundResult", "TrainerConfig"]
+__all__ = ["FinishContext", "ObserverNeeds", "RoundContext", "RoundResult", "TrainerConfig"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -66,6 +66,22 @@ class FinishContext:
     round: int
     device: torch.device
     log: Callable[[dict[str, float]], None]
+
+
+@dataclass
+class ObserverNeeds:
+    """What the observers need of the round loop, declared once when the federation is built.
+
+    The federation passes one instance to every Fabric callback's ``declare_needs`` hook
+    (:meth:`lightning_fed.callbacks.Callback.declare_needs`) and reads it afterwards, so it never
+    looks inside Fabric for its callbacks.
+
+    Attributes:
+        val_every_round: Some observer reads the validation AUROC every round (early stopping),
+            whatever ``trainer.eval_every``.
+    """
+
+    val_every_round: bool = False
 
 
 @dataclass(frozen=True, eq=False)

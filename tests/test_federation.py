@@ -144,3 +144,41 @@ def test_collaboration_helps_on_synthetic_icu() -> None:
         scores[type(algo).__name__] = fed.fit()["test_auroc_mean"]
     assert scores["Centralized"] > scores["FedAvg"] - 0.01, scores
     assert scores["FedAvg"] > scores["LocalOnly"] + 0.05, scores
+
+
+class _NeedsValidation:
+    """A duck-typed observer (no Callback base) that declares it reads validation every round."""
+
+    def declare_needs(self, needs) -> None:
+        needs.val_every_round = True
+
+
+def test_observers_declare_their_needs_through_the_public_hook(small_federation) -> None:
+    """``val_every_round`` comes from the ``declare_needs`` hook (fabric.call), not from Fabric's
+    private callback list: EarlyStopping (a Callback with ``needs_val_every_round``) and a duck-typed
+    observer both turn it on; the plain recorder does not."""
+    from lightning.fabric import Fabric
+
+    from lightning_fed.callbacks import EarlyStopping
+
+    def build(*callbacks) -> Federation:
+        fabric = Fabric(accelerator="cpu", devices=1, callbacks=list(callbacks))
+        trainer = TrainerConfig(rounds=4, batch_size=32, eval_every=3)
+        return Federation(small_federation, MortalityMLP(hidden=(8,)), FedAvg(), trainer, fabric=fabric)
+
+    assert not build(Recorder()).val_every_round
+    assert not build(Recorder()).evaluates(0, "val")
+    for observer in (EarlyStopping(patience=5), _NeedsValidation()):
+        fed = build(Recorder(), observer)
+        assert fed.val_every_round and fed.evaluates(0, "val") and not fed.evaluates(0, "test")
+
+
+def test_the_federation_reads_no_private_lightning_name() -> None:
+    """No ``fabric._...`` (or other underscore attribute of a Lightning object) in the round loop."""
+    import re
+    from pathlib import Path
+
+    import lightning_fed.federation as module
+
+    source = Path(module.__file__).read_text()
+    assert not re.search(r"fabric\._|getattr\(self\.fabric, \"_", source)

@@ -1,5 +1,35 @@
-"""Aggregation rules expressed as mixing matrices over stacked parameters."""
+"""Aggregation rules expressed as mixing matrices over stacked parameters, and the server optimizers.
 
+Server optimizers (``algorithm.init_args.server_optimizer``): on the star
+:class:`ServerAverage` (default) and :class:`ServerMomentum` (FedAvgM), on a class of
+:class:`ServerOptimizer`; for ABPS, with every center as its own server, :class:`CenterServerAverage`
+(default) and :class:`CenterServerMomentum`, on :class:`CenterServerOptimizer`.
+"""
+
+from lightning_fed.aggregation.center_optimizer import (
+    CenterServerAverage,
+    CenterServerMomentum,
+    CenterServerOptimizer,
+)
 from lightning_fed.aggregation.mixing import mix, mix_received, renormalize, sample_weights, weighted_average
+from lightning_fed.aggregation.server_optimizer import (
+    PseudoGradientStep,
+    ServerAverage,
+    ServerMomentum,
+    ServerOptimizer,
+)
 
-__all__ = ["mix", "mix_received", "renormalize", "sample_weights", "weighted_average"]
+__all__ = [
+    "CenterServerAverage",
+    "CenterServerMomentum",
+    "CenterServerOptimizer",
+    "PseudoGradientStep",
+    "ServerAverage",
+    "ServerMomentum",
+    "ServerOptimizer",
+    "mix",
+    "mix_received",
+    "renormalize",
+    "sample_weights",
+    "weighted_average",
+]

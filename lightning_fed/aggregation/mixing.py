@@ -1,4 +1,4 @@
-"""Aggregation as a mixing matrix (architecture decision 2), and the one function that mixes.
+"""Aggregation as a mixing matrix (docs/architecture.md, decision 2), and the one function that mixes.
 
 Every aggregation rule here is a row-stochastic ``C x C`` matrix ``M`` applied to the stacked
 shared parameters: ``theta_i <- sum_j M_ij theta_j``. What a center mixes is what it *received*
@@ -27,7 +27,14 @@ from torch import Tensor
 
 from lightning_fed.comm.exchange import rows_per_chunk
 
-__all__ = ["mix", "mix_received", "renormalize", "sample_weights", "weighted_average"]
+__all__ = [
+    "metropolis_edge_weights",
+    "mix",
+    "mix_received",
+    "renormalize",
+    "sample_weights",
+    "weighted_average",
+]
 
 
 def sample_weights(n_train: Tensor) -> Tensor:
@@ -156,3 +163,25 @@ def renormalize(self_weight: Tensor, edge_weight: Tensor, dst: Tensor) -> tuple[
     """
     total = self_weight.clone().index_add_(0, dst, edge_weight)
     return self_weight / total, edge_weight / total[dst]
+
+
+def metropolis_edge_weights(
+    src: Tensor, dst: Tensor, got_src: Tensor, got_dst: Tensor, num_centers: int
+) -> tuple[Tensor, Tensor]:
+    """Unnormalized Metropolis weights (Xiao & Boyd 2004) of a round's partner graph, edge by edge.
+
+    The round's graph is the directed edges ``(src, dst)`` a selector chose (both directions of every
+    partnership), with degrees ``d_i = |{e: dst_e = i}|``. Its Metropolis matrix has
+    ``W_ij = 1 / (1 + max(d_i, d_j))`` on the edges and ``W_ii = 1 - sum_{j != i} W_ij``; returned
+    are ``W_ii`` ``[C]`` and ``W_{dst_e, src_e}`` for the messages that arrived
+    (``(got_src, got_dst)``, a subset of the edges), for :func:`renormalize`. For a fixed graph the
+    graph methods use :func:`~lightning_fed.graphs.metropolis_weights` of the whole graph instead
+    (an unavailable neighbour's weight is then renormalized away, as DeceFL always did).
+
+    Returns:
+        float64 ``(self_weight [C], edge_weight [E'])``.
+    """
+    deg = torch.bincount(dst, minlength=num_centers).to(torch.float64)
+    chosen = 1.0 / (1.0 + torch.maximum(deg[src], deg[dst]))
+    self_weight = 1.0 - torch.zeros(num_centers, dtype=torch.float64).index_add_(0, dst, chosen)
+    return self_weight, 1.0 / (1.0 + torch.maximum(deg[got_src], deg[got_dst]))

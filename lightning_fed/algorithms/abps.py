@@ -11,8 +11,9 @@ ABPS is "exchange with the selected partners, average, credit". Each round:
    (:func:`~lightning_fed.comm.exchange.peer_exchange`);
 3. every center with partners replaces its shared parameters by the sample-weighted FedAvg of
    itself and what it accepted (line 25; :func:`~lightning_fed.aggregation.mixing.mix_received`
-   with weights renormalized over what arrived), optionally followed by a momentum step
-   (``server_momentum`` or ``momentum``);
+   with weights renormalized over what arrived), followed by each center's server step
+   (``server_optimizer``, :mod:`~lightning_fed.aggregation.center_optimizer`) or the per-center EMA
+   ``momentum``;
 4. when the selector :attr:`~lightning_fed.selection.PartnerSelector.learns`, the Shapley credit of
    every partner (Eq. 4) is computed and observed (the posterior update of lines 26-31). Shapley
    is the costliest step of a round (a batch of coalition evaluations), so it is skipped for a
@@ -30,9 +31,10 @@ graph).
 
 Extensions (Sec. 6.4): ``personal_layers`` (P) keeps the last 1-2 layers local and off the
 wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the bytes; ``kappa``
-(1 or 3) bounds the active set; ``server_momentum`` is FedAvgM with each center as its own server
-(``v_i <- beta v_i + (m_i - s_i)``, ``theta_i <- s_i + v_i`` with ``s_i`` the round-start model;
-ABPS-X, as FedAvg-X uses FedAvgM); ``momentum`` is the older per-center EMA of the mixing correction
+(1 or 3) bounds the active set; ``server_optimizer:
+CenterServerMomentum(beta)`` (alias: ``server_momentum: beta``) is FedAvgM with each center as its
+own server (``v_i <- beta v_i + (m_i - s_i)``, ``theta_i <- s_i + v_i`` with ``s_i`` the round-start
+model; ABPS-X, as FedAvg-X uses FedAvgM); ``momentum`` is the older per-center EMA of the mixing correction
 (``u_i <- beta u_i + (1 - beta)(m_i - theta_i)``, ``theta_i <- theta_i + u_i``); both apply only to
 centers that exchanged. When a goal filter is configured, every center publishes its metadata
 descriptor to the directory once, in round 0 (see below for a center that is unavailable then).
@@ -81,9 +83,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.center_optimizer import CenterServerOptimizer, center_server_optimizer_from
 from lightning_fed.aggregation.mixing import mix_received, renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
-from lightning_fed.aggregation.server_momentum import CenterServerMomentum
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, peer_exchange
 from lightning_fed.comm.ledger import SERVER
@@ -124,9 +126,13 @@ class ABPS(Algorithm):
             when the selector learns.
         personal_layers: Head layers kept local (extension P: 1 or 2; 0 shares everything).
         momentum: EMA weight beta on each center's aggregated update (0 disables).
-        server_momentum: FedAvgM's beta with each center as its own server
-            (:class:`~lightning_fed.aggregation.server_momentum.CenterServerMomentum`; ABPS-X: 0.5,
-            the same server momentum FedAvg-X uses); exclusive with ``momentum``.
+        server_momentum: Alias of earlier releases: ``beta`` means ``server_optimizer:
+            CenterServerMomentum(beta)`` (0: ``CenterServerAverage``); give ``server_optimizer``.
+        server_optimizer: Each center's server step from its round-start model and its mix
+            (:class:`~lightning_fed.aggregation.center_optimizer.CenterServerOptimizer`; default
+            :class:`~lightning_fed.aggregation.CenterServerAverage`; ABPS-X:
+            ``CenterServerMomentum(beta=0.5)``, the server momentum FedAvg-X uses); exclusive with
+            ``momentum``.
         privacy: Gaussian-mechanism differential privacy on the published metadata descriptors
             (:class:`~lightning_fed.privacy.GaussianMechanism`); None publishes them exact.
     """
@@ -139,13 +145,15 @@ class ABPS(Algorithm):
         momentum: float = 0.0,
         privacy: GaussianMechanism | None = None,
         server_momentum: float = 0.0,
+        server_optimizer: CenterServerOptimizer | None = None,
     ) -> None:
         super().__init__(personal_layers)
-        if momentum and server_momentum:
+        self.server_optimizer = center_server_optimizer_from(server_optimizer, server_momentum)
+        if momentum and not self.server_optimizer.identity:
             raise ValueError(
-                "algorithm.momentum and algorithm.server_momentum are two kinds of momentum: set one to 0"
+                "algorithm.init_args.momentum and algorithm.init_args.server_optimizer are two kinds of "
+                "momentum: set momentum to 0 or drop the server optimizer"
             )
-        self.server_momentum = CenterServerMomentum(server_momentum)
         self.update_momentum = UpdateMomentum(momentum)
         self.selector: PartnerSelector = selector if selector is not None else BayesianSelector()
         self.credit = shapley if shapley is not None else ShapleyCredit()
@@ -176,7 +184,7 @@ class ABPS(Algorithm):
         if filtering:  # (setup validated the descriptors) nobody's has reached the directory yet
             self.selector.candidates = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
         self.update_momentum = UpdateMomentum(self.momentum)
-        self.server_momentum = CenterServerMomentum(self.server_momentum.beta)
+        self.server_optimizer.reset()
         self._start: dict[str, Tensor] | None = None
         self.last_partners: list[list[int]] = [[] for _ in range(self.num_centers)]
         self.rested_center_rounds = 0
@@ -228,8 +236,9 @@ class ABPS(Algorithm):
         self.selector.candidates = self.selector.filter.candidates(self.descriptors, published=self.arrived)
 
     def train_round(self, engine: Any, round_idx: int) -> Tensor:
-        """Local training; with ``server_momentum`` the round-start shared parameters are kept first."""
-        if self.server_momentum.beta:
+        """Local training; the round-start shared parameters are kept first when the server optimizer
+        reads them."""
+        if self.server_optimizer.needs_start:
             self._start = {n: p.detach().clone() for n, p in self.shared(engine.get_params()).items()}
         return super().train_round(engine, round_idx)
 
@@ -254,11 +263,10 @@ class ABPS(Algorithm):
             mixed = mix_received(shared, got.received, dst, self_w, edge_w, max_bytes=CHUNK_BYTES)
             active = torch.tensor([bool(p) for p in partners])
             for name, own in shared.items():
-                if self.server_momentum.beta:  # without a recorded start (no local training): own
-                    start = own if self._start is None else self._start[name].to(own.device)
-                    out[name] = self.server_momentum.apply(name, start, own, mixed[name], active)
-                else:
-                    out[name] = self.update_momentum.apply(name, own, mixed[name], active)
+                # Without a recorded start (no local training, or a rule that reads none): own.
+                start = own if self._start is None else self._start[name].to(own.device)
+                stepped = self.server_optimizer.apply(name, start, own, mixed[name], active)
+                out[name] = self.update_momentum.apply(name, own, stepped, active)
             t2 = time.perf_counter()
             if self.selector.learns:
                 personal = {n: p for n, p in params.items() if n not in shared}
@@ -361,7 +369,7 @@ class ABPS(Algorithm):
         return {
             "selector": self.selector.state_dict(),
             "buffers": self.update_momentum.state_dict(),
-            "server_momentum": self.server_momentum.state_dict(),
+            "server_optimizer": self.server_optimizer.state_dict(),
             "published": self.published,
             "descriptors": self.descriptors.clone(),
             "descriptors_arrived": self.arrived.clone(),
@@ -379,7 +387,8 @@ class ABPS(Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.selector.load_state_dict(state["selector"])
         self.update_momentum.load_state_dict(state["buffers"])
-        self.server_momentum.load_state_dict(state.get("server_momentum", {}))
+        # "server_momentum": the key of checkpoints written before the server optimizer plugin.
+        self.server_optimizer.load_state_dict(state.get("server_optimizer", state.get("server_momentum", {})))
         if "descriptors_arrived" in state:
             self.descriptors = state["descriptors"].clone()
             self.arrived = state["descriptors_arrived"].clone()

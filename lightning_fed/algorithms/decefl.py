@@ -12,6 +12,13 @@ round in place of the single gradient step. Every center sends its shared parame
 neighbour (``wire.send``), so each edge carries ``2|W|`` bytes per round. Personal (head) layers,
 when configured, stay local and out of the mix.
 
+Partners (:class:`~lightning_fed.algorithms.peers.PeerAlgorithm`): by default the neighbours on
+the fixed graph (``topology``, i.e. ``selector: GraphNeighbours(topology)``), whose Metropolis matrix
+is built once. Any other :class:`~lightning_fed.selection.PartnerSelector` may choose them instead
+(``algorithm.init_args.selector``, e.g. :class:`~lightning_fed.selection.RandomPartners`); the
+weights are then the Metropolis weights of each round's partner graph, with the degrees of that
+round's partner sets (:func:`~lightning_fed.aggregation.mixing.metropolis_edge_weights`).
+
 Faults: a center that is not :meth:`Wire.available <lightning_fed.comm.wire.Wire.available>` sends
 and receives nothing and keeps its parameters. A receiver validates every message (:meth:`Wire.accept
 <lightning_fed.comm.wire.Wire.accept>`, reference: its own shared parameters) and drops a rejected
@@ -24,14 +31,15 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from lightning_fed.aggregation.mixing import mix_received, renormalize
-from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.aggregation.mixing import metropolis_edge_weights, mix_received, renormalize
+from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
-from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats
-from lightning_fed.graphs.topology import RandomRegular, Topology, metropolis_weights
+from lightning_fed.graphs.gossip import build_graph, graph_stats
+from lightning_fed.graphs.topology import Topology, metropolis_weights
 from lightning_fed.models.base import CenterModule
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import RoundContext
 
 # build_graph and graph_stats moved to lightning_fed.graphs.gossip; re-exported for the methods that
@@ -39,23 +47,30 @@ from lightning_fed.types import RoundContext
 __all__ = ["DeceFL", "build_graph", "graph_stats"]
 
 
-class DeceFL(Algorithm):
-    """Gossip averaging with Metropolis weights on a fixed graph after every round of local steps.
+class DeceFL(PeerAlgorithm):
+    """Gossip averaging with Metropolis weights over the selected partners after every round of local steps.
 
     Args:
         topology: The communication graph (default :class:`~lightning_fed.graphs.RandomRegular` of
-            degree 4, the RR4 of EdgeDRM Sec. 5), built on the centers with the run seed.
+            degree 4, the RR4 of EdgeDRM Sec. 5), built on the centers with the run seed; shorthand
+            for ``selector: GraphNeighbours(topology)``.
         personal_layers: Head layers kept local (0 shares everything).
+        selector: Who gossips with whom (default ``GraphNeighbours(topology)``); exclusive with
+            ``topology``.
     """
 
-    def __init__(self, topology: Topology | None = None, personal_layers: int = 0) -> None:
-        super().__init__(personal_layers)
-        self.topology = topology if topology is not None else RandomRegular(4)
+    def __init__(
+        self,
+        topology: Topology | None = None,
+        personal_layers: int = 0,
+        selector: PartnerSelector | None = None,
+    ) -> None:
+        super().__init__(topology, selector, personal_layers)
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
-        self.graph = build_graph(self.topology, self.num_centers, seed)
-        self.weights = metropolis_weights(self.graph)
+        #: The fixed graph's Metropolis matrix (None: each round's partner graph has its own).
+        self.weights = None if self.graph is None else metropolis_weights(self.graph)
         self._round: dict[str, float] = {}
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
@@ -64,16 +79,17 @@ class DeceFL(Algorithm):
         return out
 
     def gossip(self, shared: dict[str, Tensor], wire: Wire, round_idx: int) -> dict[str, Tensor]:
-        """One exchange of the stacked tensors ``shared`` with the graph neighbours (booked on round
+        """One exchange of the stacked tensors ``shared`` with the selected partners (booked on round
         ``round_idx``) and the renormalized Metropolis mix of what arrived (module docstring)."""
-        src, dst = directed_edges(self.graph, wire.available(round_idx, self.num_centers))
+        src, dst = self.round_edges(wire, round_idx)
         got = peer_exchange(wire, shared, src, dst, round_idx)
-        self_w, edge_w = renormalize(self.weights.diagonal().clone(), self.weights[got.dst, got.src], got.dst)
+        if self.weights is not None:
+            self_w, edge_w = self.weights.diagonal().clone(), self.weights[got.dst, got.src]
+        else:
+            self_w, edge_w = metropolis_edge_weights(src, dst, got.src, got.dst, self.num_centers)
+        self_w, edge_w = renormalize(self_w, edge_w, got.dst)
         self._round = {"mean_neighbours": len(got.dst) / self.num_centers}
         return mix_received(shared, got.received, got.dst, self_w, edge_w)
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)
-
-    def summary_stats(self) -> dict[str, float]:
-        return graph_stats(self.graph)

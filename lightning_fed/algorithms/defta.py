@@ -18,6 +18,10 @@ AUROC (one-class validation split) counted as the neutral 0.5. ``beta = 0`` is p
 FedAvg over the closed neighbourhood; large ``beta`` trusts only the best-scoring models. Trust is
 recomputed every round from the current models (no memory across rounds).
 
+Partners: the graph neighbours by default; any :class:`~lightning_fed.selection.PartnerSelector`
+may choose them instead (``algorithm.init_args.selector``; :mod:`~lightning_fed.algorithms.peers`),
+the trust weights are the same.
+
 Faults: an unavailable center sends and receives nothing and keeps its parameters; a rejected
 message (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`) is dropped before scoring, so
 the weights are renormalized over ``{i} u A_i``.
@@ -32,13 +36,14 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import mix_received
-from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
-from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats, segment_softmax
-from lightning_fed.graphs.topology import RandomRegular, Topology
+from lightning_fed.graphs.gossip import segment_softmax
+from lightning_fed.graphs.topology import Topology
 from lightning_fed.models.base import CenterModule
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import RoundContext
 
 __all__ = ["DeFTA", "scored_mix"]
@@ -80,28 +85,33 @@ def scored_mix(
     return mix_received(shared, received, dst, self_w, w[len(centers) :]), self_w
 
 
-class DeFTA(Algorithm):
+class DeFTA(PeerAlgorithm):
     """Decentralized FedAvg with AUROC-based trust reweighting of neighbours.
 
     Args:
         topology: The communication graph (default :class:`~lightning_fed.graphs.RandomRegular`
-            of degree 4), built on the centers with the run seed.
+            of degree 4), built on the centers with the run seed; shorthand for
+            ``selector: GraphNeighbours(topology)``.
         beta: Trust temperature: weight ``n_j exp(beta u_ij)`` (>= 0; 0 = sample counts only).
         personal_layers: Head layers kept local (0 shares everything).
+        selector: Who exchanges with whom (default ``GraphNeighbours(topology)``); exclusive with
+            ``topology``.
     """
 
     def __init__(
-        self, topology: Topology | None = None, beta: float = 10.0, personal_layers: int = 0
+        self,
+        topology: Topology | None = None,
+        beta: float = 10.0,
+        personal_layers: int = 0,
+        selector: PartnerSelector | None = None,
     ) -> None:
-        super().__init__(personal_layers)
+        super().__init__(topology, selector, personal_layers)
         if not (math.isfinite(beta) and beta >= 0):
             raise ValueError(f"algorithm.beta must be a finite number >= 0, got {beta}")
-        self.topology = topology if topology is not None else RandomRegular(4)
         self.beta = float(beta)
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
-        self.graph = build_graph(self.topology, self.num_centers, seed)
         self._round: dict[str, float] = {}
 
     def weights(self, own_u: Tensor, edge_u: Tensor, src: Tensor, dst: Tensor, centers: Tensor) -> Tensor:
@@ -118,7 +128,7 @@ class DeFTA(Algorithm):
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
         shared = self.shared(params)
-        src, dst = directed_edges(self.graph, wire.available(ctx.round, self.num_centers))
+        src, dst = self.round_edges(wire, ctx.round)
         got = peer_exchange(wire, shared, src, dst, ctx.round)
         src, dst = got.src, got.dst
         self._round = {"mean_neighbours": len(dst) / self.num_centers, "mean_self_weight": 1.0}
@@ -135,6 +145,3 @@ class DeFTA(Algorithm):
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)
-
-    def summary_stats(self) -> dict[str, float]:
-        return graph_stats(self.graph)

@@ -30,4 +30,6 @@ class DFedAvgM(DeceFL):
         topology: The communication graph recipe (built once in :meth:`setup` from the run seed);
             default ``RandomRegular(degree=4)`` (RR4, the paper's primary graph).
         personal_layers: Head layers kept local (0: mix the full model, as DFedAvgM does).
+        selector: Who mixes with whom (default ``GraphNeighbours(topology)``; any
+            :class:`~lightning_fed.selection.PartnerSelector`, e.g. ``RandomPartners``).
     """

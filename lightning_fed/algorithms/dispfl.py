@@ -24,7 +24,10 @@ formulas, with counts and schedule as in the authors' public release):
    with ``A_k`` the neighbours whose messages ``k`` accepted. A coordinate regrown by ``k`` thus
    starts from its neighbours' average there (0 where none of them has it).
 
-The graph is a fixed :class:`~lightning_fed.graphs.Topology` (default RR-4) built from the run seed.
+The graph is a fixed :class:`~lightning_fed.graphs.Topology` (default RR-4) built from the run seed
+(``topology``, i.e. ``selector: GraphNeighbours(topology)``); any
+:class:`~lightning_fed.selection.PartnerSelector` may choose the partners instead
+(``algorithm.init_args.selector``; :mod:`~lightning_fed.algorithms.peers`).
 Faults: an unavailable client sends and receives nothing (it still updates its mask and keeps its
 own weights under it); a receiver drops a message that :meth:`Wire.accept
 <lightning_fed.comm.wire.Wire.accept>` rejects (NaN/Inf or outsized values) or whose mask is
@@ -44,7 +47,6 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import mix_received
-from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.algorithms.masks import (
     ERK,
     LayerDensity,
@@ -57,14 +59,15 @@ from lightning_fed.algorithms.masks import (
     random_masks,
     unpack_mask,
 )
+from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.base import packed_logits
-from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats
-from lightning_fed.graphs.topology import RandomRegular, Topology
+from lightning_fed.graphs.topology import Topology
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import torch_generator
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import RoundContext
 from lightning_fed.validation import check_int
 
@@ -76,7 +79,7 @@ MASK = "mask:"
 _CHUNK = 16
 
 
-class DisPFL(Algorithm):
+class DisPFL(PeerAlgorithm):
     """Decentralized sparse personalized training with masks evolving by prune / regrow (module doc).
 
     Args:
@@ -89,6 +92,8 @@ class DisPFL(Algorithm):
             None (default): the run's ``trainer.rounds``.
         score_batch_size: Training rows per client in the regrowth gradient (one batch).
         personal_layers: Head layers kept local (0 shares everything, as DisPFL does).
+        selector: Who exchanges with whom (default ``GraphNeighbours(topology)``); exclusive with
+            ``topology``.
     """
 
     def __init__(
@@ -100,8 +105,9 @@ class DisPFL(Algorithm):
         anneal_rounds: int | None = None,
         score_batch_size: int = 128,
         personal_layers: int = 0,
+        selector: PartnerSelector | None = None,
     ) -> None:
-        super().__init__(personal_layers)
+        super().__init__(topology, selector, personal_layers)
         if not (isinstance(density, int | float) and 0.0 < density <= 1.0):
             raise ValueError(
                 f"algorithm.density must be in (0, 1] (fraction of active weights), got {density}"
@@ -115,7 +121,6 @@ class DisPFL(Algorithm):
                 "algorithm.layer_density must be a LayerDensity (lightning_fed.algorithms.masks.ERK or "
                 f"Uniform), got {layer_density!r}"
             )
-        self.topology = topology if topology is not None else RandomRegular(4)
         self.density, self.anneal_factor = float(density), float(anneal_factor)
         self.layer_density = layer_density if layer_density is not None else ERK()
         self.anneal_rounds = (
@@ -125,7 +130,6 @@ class DisPFL(Algorithm):
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
-        self.graph = build_graph(self.topology, self.num_centers, seed)
         self.module, self.seed = module, int(seed)
         self.train_sets = [(c.x_train, c.y_train) for c in data.centers]
         self.shapes = {n: tuple(p.shape) for n, p in module.named_parameters()}
@@ -230,7 +234,7 @@ class DisPFL(Algorithm):
         values = {n: _active_values(flat_w[n], flat_m[n], self.counts[n]) for n in self.shared_names}
         payload = dict(values)
         payload.update({MASK + n: pack_mask(flat_m[n]) for n in self.sparse_names_shared})
-        src, dst = directed_edges(self.graph, wire.available(round_idx, c))
+        src, dst = self.round_edges(wire, round_idx)
         got = exchange(
             wire,
             rows(payload, src),
@@ -279,7 +283,7 @@ class DisPFL(Algorithm):
 
     def summary_stats(self) -> dict[str, float]:
         total = sum(math.prod(s) for s in self.shapes.values())
-        return {**graph_stats(self.graph), "density": sum(self.counts.values()) / total}
+        return {**super().summary_stats(), "density": sum(self.counts.values()) / total}
 
     def state_dict(self) -> dict[str, Any]:
         return {"masks": {n: m.clone() for n, m in self.masks.items()}}

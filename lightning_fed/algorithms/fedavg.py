@@ -14,21 +14,25 @@ a center that rejects the download keeps its own parameters. With nothing accept
 sent back and every center keeps its parameters. Both legs go through the one exchange path
 (:func:`~lightning_fed.comm.exchange.exchange`: send, validate, drop the rejected).
 
-Two momentum variants, mutually exclusive:
+The server's step is a plugin, ``server_optimizer`` (a
+:class:`~lightning_fed.aggregation.server_optimizer.ServerOptimizer`; docs/architecture.md,
+decision 15): from the accepted uploads' aggregate ``theta_bar_t`` (:meth:`FedAvg.server_model`)
+it computes the model the server sends.
 
-* ``server_momentum`` beta > 0 (FedAvgM, Hsu et al. 2019;
-  :class:`~lightning_fed.aggregation.server_momentum.ServerMomentum`): the server keeps one global
-  model ``theta_server`` and one velocity ``v`` over the shared tensors and, from the accepted
-  uploads' average ``theta_bar_t``, steps ``v <- beta v + (theta_bar_t - theta_server)``,
-  ``theta_server <- theta_server + v``; it sends ``theta_server`` instead of ``theta_bar_t``.
-  ``theta_server`` starts as the common initial model (the seeded init every center starts from,
-  shared tensors only) with ``v = 0``, so round 0 sends ``theta_bar_0``. FedAvg-X
-  (``configs/fedavg_x.yaml``) uses this: on a star, the server momentum among ABPS-X's extensions
-  (ABPS Sec. 6.4, beta 0.5) is FedAvgM.
-* ``momentum`` beta > 0 (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center
-  EMA ABPS-X uses on its mesh): a center that takes the download moves by
-  ``u_i <- beta u_i + (1 - beta) (theta_bar_t - theta_i)``, ``theta_i <- theta_i + u_i``, one buffer
-  per center. This is NOT server momentum.
+* :class:`~lightning_fed.aggregation.ServerAverage` (default): sends ``theta_bar_t``.
+* :class:`~lightning_fed.aggregation.ServerMomentum` (FedAvgM, Hsu et al. 2019): the server keeps
+  one global model ``theta_server`` and one velocity ``v`` over the shared tensors and steps
+  ``v <- beta v + (theta_bar_t - theta_server)``, ``theta_server <- theta_server + v``; it sends
+  ``theta_server``. ``theta_server`` starts as the common initial model (the seeded init every
+  center starts from, shared tensors only) with ``v = 0``, so round 0 sends ``theta_bar_0``.
+  FedAvg-X (``configs/fedavg_x.yaml``) uses it with ``beta = 0.5``: on a star, the server momentum
+  among ABPS-X's extensions (ABPS Sec. 6.4) is FedAvgM. The float ``server_momentum: beta`` of
+  earlier releases is an alias of ``ServerMomentum(beta)`` (0: ``ServerAverage``).
+
+Exclusive with any server optimizer but the average: ``momentum`` beta > 0
+(:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center EMA ABPS-X uses on its
+mesh): a center that takes the download moves by ``u_i <- beta u_i + (1 - beta) (theta_bar_t -
+theta_i)``, ``theta_i <- theta_i + u_i``, one buffer per center. This is NOT server momentum.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from torch import Tensor
 
 from lightning_fed.aggregation.mixing import sample_weights, weighted_average
 from lightning_fed.aggregation.momentum import UpdateMomentum
-from lightning_fed.aggregation.server_momentum import ServerMomentum
+from lightning_fed.aggregation.server_optimizer import ServerOptimizer, server_optimizer_from
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.ledger import SERVER
@@ -60,43 +64,54 @@ class FedAvg(Algorithm):
         momentum: Per-center EMA weight on each center's aggregated update
             (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, ``u_i <- beta u_i +
             (1 - beta)(theta_bar - theta_i)``); one buffer per center, NOT server momentum.
-        server_momentum: FedAvgM server momentum ``beta`` on the one global model
-            (:class:`~lightning_fed.aggregation.server_momentum.ServerMomentum`, ``v <- beta v +
-            (theta_bar - theta_server)``, ``theta_server <- theta_server + v``; FedAvg-X: 0.5).
+        server_momentum: Deprecated alias: ``beta`` means ``server_optimizer:
+            ServerMomentum(beta)`` (0: ``ServerAverage``); give ``server_optimizer`` instead.
+        server_optimizer: The server's step from the round's aggregate
+            (:class:`~lightning_fed.aggregation.server_optimizer.ServerOptimizer`; default
+            :class:`~lightning_fed.aggregation.ServerAverage`, FedAvg-X:
+            ``ServerMomentum(beta=0.5)``).
 
     Raises:
-        ValueError: If both ``momentum`` and ``server_momentum`` are > 0.
+        ValueError: If both ``server_momentum`` and ``server_optimizer`` are given, or ``momentum``
+            is > 0 with a server optimizer other than the average.
     """
 
-    def __init__(self, personal_layers: int = 0, momentum: float = 0.0, server_momentum: float = 0.0) -> None:
+    def __init__(
+        self,
+        personal_layers: int = 0,
+        momentum: float = 0.0,
+        server_momentum: float = 0.0,
+        server_optimizer: ServerOptimizer | None = None,
+    ) -> None:
         super().__init__(personal_layers)
         self.update_momentum = UpdateMomentum(momentum)
-        self.server_momentum = ServerMomentum(server_momentum)
-        if self.update_momentum.beta and self.server_momentum.beta:
+        self.server_optimizer = server_optimizer_from(server_optimizer, server_momentum)
+        if self.update_momentum.beta and not self.server_optimizer.identity:
             raise ValueError(
-                f"algorithm.momentum={momentum} and algorithm.server_momentum={server_momentum} are mutually "
-                "exclusive: set one of them to 0 (server_momentum is FedAvgM, momentum the per-center EMA)"
+                f"algorithm.init_args.momentum={momentum} and algorithm.init_args.server_optimizer="
+                f"{type(self.server_optimizer).__name__} are mutually exclusive: set momentum to 0 or "
+                "drop the server optimizer (it is FedAvgM's server momentum; momentum the per-center EMA)"
             )
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         """Sizes and shared names; fresh momentum state (``theta_server`` = the common initial model)."""
         super().setup(data, module, seed)
         self.update_momentum = UpdateMomentum(self.update_momentum.beta)
-        self.server_momentum = ServerMomentum(self.server_momentum.beta)
-        if self.server_momentum.beta:
-            params = dict(module.named_parameters())
-            self.server_momentum.start({n: params[n] for n in self.shared_names})
+        params = dict(module.named_parameters())
+        self.server_optimizer.start({n: params[n] for n in self.shared_names})
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "momentum": self.update_momentum.state_dict(),
-            "server_momentum": self.server_momentum.state_dict(),
+            "server_optimizer": self.server_optimizer.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.update_momentum.load_state_dict(state.get("momentum", {}))
-        if "server_momentum" in state:
-            self.server_momentum.load_state_dict(state["server_momentum"])
+        # "server_momentum": the key of checkpoints written before the server optimizer plugin.
+        saved = state.get("server_optimizer", state.get("server_momentum"))
+        if saved is not None:
+            self.server_optimizer.load_state_dict(saved)
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
@@ -111,9 +126,7 @@ class FedAvg(Algorithm):
         upload = exchange(wire, shared, centers, server, ctx.round)
         if not len(upload.src):
             return out
-        average = self.server_model(upload.received, upload.src, ctx)
-        if self.server_momentum.beta:
-            average = self.server_momentum.step(average)
+        average = self.server_optimizer.step(self.server_model(upload.received, upload.src, ctx))
         download = exchange(wire, average, server, centers, ctx.round, own=shared)
         if not len(download.dst):
             return out
@@ -130,7 +143,8 @@ class FedAvg(Algorithm):
     ) -> dict[str, Tensor]:
         """The model the server sends back ``{name: [1, ...]}`` from the accepted uploads ``[m, ...]``.
 
-        FedAvg: ``sum_j (n_j / sum_k n_k) theta_j`` over the senders (FedDyn overrides this).
+        FedAvg: ``sum_j (n_j / sum_k n_k) theta_j`` over the senders (FedDyn overrides this). The
+        :attr:`server_optimizer` then steps from it.
 
         Args:
             uploaded: Decoded uploads of the accepted senders, stacked in ``senders`` order.

@@ -52,12 +52,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightning_fed.aggregation.mixing import sample_weights, weighted_average
+from lightning_fed.algorithms.edgedrm.experts import Experts
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.objective import LocalTerm, TermBatch
 from lightning_fed.metrics.balanced_accuracy import balanced_accuracy
 from lightning_fed.models.base import CenterModule
-from lightning_fed.referral.experts import Experts
 from lightning_fed.types import FinishContext
 from lightning_fed.validation import check_int, check_number
 

@@ -19,6 +19,16 @@ Choices: the paper's average is unweighted (kept); only shared parameters have a
 the state and both terms cover the shared parameters; ``P_t`` is the set of centers whose upload
 the server accepted (faults, :mod:`lightning_fed.comm.faults`); ``theta^{t-1}`` starts as the
 common initial model.
+
+Why FedDyn overrides :meth:`FedAvg.server_model` (the server's aggregation rule) rather than being a
+:class:`~lightning_fed.aggregation.server_optimizer.ServerOptimizer`: a server optimizer steps from
+the round's aggregate alone, and FedDyn's server is not a function of it. ``h^t`` needs the
+unweighted *sum* over ``P_t`` divided by the federation size ``m`` (not the sample-weighted average;
+``|P_t| (mean - theta^{t-1})`` equals the sum only up to rounding, so results would change bit for
+bit), and its server model ``theta^{t-1}`` is read every round by the centers' local term and by
+their state update ``g_k`` before the upload, so the state belongs to the method, not to a
+swappable server rule. FedDyn therefore takes no ``server_optimizer`` (it keeps FedAvg's default,
+:class:`~lightning_fed.aggregation.ServerAverage`, which sends ``theta^t`` as computed).
 """
 
 from __future__ import annotations

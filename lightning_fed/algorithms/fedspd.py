@@ -78,7 +78,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.algorithms.fedspd_steps import (
     cluster_average,
     draw_cluster_rows,
@@ -88,15 +87,16 @@ from lightning_fed.algorithms.fedspd_steps import (
     soft_assignments,
     weighted_grads,
 )
+from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
-from lightning_fed.graphs.gossip import build_graph, directed_edges, graph_stats
-from lightning_fed.graphs.topology import RandomRegular, Topology
+from lightning_fed.graphs.topology import Topology
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import torch_generator
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import FinishContext, RoundContext
 from lightning_fed.validation import check_int, check_number
 
@@ -109,7 +109,7 @@ MEMBERSHIP = "_membership"
 ASSIGNMENTS = ("hard", "soft")
 
 
-class FedSPD(Algorithm):
+class FedSPD(PeerAlgorithm):
     """Clustered cluster models exchanged with graph neighbours, personalized as mixtures.
 
     Args:
@@ -127,6 +127,8 @@ class FedSPD(Algorithm):
         init_noise: Cluster ``s`` starts at ``theta_0 + init_noise * rms(theta_0) * eps_s`` per
             parameter tensor, ``eps_s ~ N(0, I)`` seeded by ``(seed, "fedspd-init", s)``.
         eval_batch_size: Rows per forward call of the E-step.
+        selector: Who exchanges cluster models with whom (default ``GraphNeighbours(topology)``;
+            any :class:`~lightning_fed.selection.PartnerSelector`); exclusive with ``topology``.
     """
 
     def __init__(
@@ -141,9 +143,9 @@ class FedSPD(Algorithm):
         temperature: float = 0.1,
         init_noise: float = 1e-3,
         eval_batch_size: int = 1024,
+        selector: PartnerSelector | None = None,
     ) -> None:
-        super().__init__(0)
-        self.topology = topology if topology is not None else RandomRegular(4)
+        super().__init__(topology, selector, 0)
         self.num_clusters = check_int("algorithm.num_clusters", num_clusters, 1)
         self.local_steps = check_int("algorithm.local_steps", local_steps, 0)
         self.final_steps = check_int("algorithm.final_steps", final_steps, 0)
@@ -158,10 +160,9 @@ class FedSPD(Algorithm):
         self._round: dict[str, float] = {}
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
-        """Build the graph, keep each client's training rows, initialize the cluster models and the
-        stacked optimizer state of the ``C x S`` cluster models."""
+        """Set up the selector (the graph), keep each client's training rows, initialize the cluster
+        models and the stacked optimizer state of the ``C x S`` cluster models."""
         super().setup(data, module, seed)
-        self.graph = build_graph(self.topology, self.num_centers, seed)
         self.module, self.seed = module, int(seed)
         self.rows = [(c.x_train, c.y_train) for c in data.centers]
         self.clusters = self.initial_clusters(module, self.num_centers, self.num_clusters, self.seed)
@@ -282,7 +283,7 @@ class FedSPD(Algorithm):
         client's size, the models do not.
         """
         c, s = self.num_centers, self.num_clusters
-        src_e, dst_e = directed_edges(self.graph, wire.available(round_idx, c))
+        src_e, dst_e = self.round_edges(wire, round_idx)
         has = (weight > 0).cpu()
         edge, cluster = torch.nonzero(has.index_select(0, src_e.to(torch.int64)), as_tuple=True)
         src, dst = src_e.to(torch.int64)[edge], dst_e.to(torch.int64)[edge]
@@ -353,9 +354,6 @@ class FedSPD(Algorithm):
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)
-
-    def summary_stats(self) -> dict[str, float]:
-        return graph_stats(self.graph)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -25,6 +25,13 @@ The original WPFed distils neighbours' outputs on reference data into the person
 verifies rankings with announcements; here, as in the ABPS comparison (Sec. 6.2), the selected
 neighbours are combined by parameter mixing with the ranking weights above.
 
+A :class:`~lightning_fed.selection.PartnerSelector` (``algorithm.init_args.selector``, e.g.
+:class:`~lightning_fed.selection.GraphNeighbours` or :class:`~lightning_fed.selection.RandomPartners`)
+may replace steps 2-3: the centers then pull the models of the selector's partners (both directions
+of every partnership; no codes are sent) and mix them by the ranking weights of step 4, so WPFed's
+ranking can be compared with any choice of partners. The LSH choice itself stays inside WPFed (the
+default, ``selector: null``): it reads the models' outputs, which a selector does not see.
+
 Faults: an unavailable center sends and receives neither codes nor models and keeps its
 parameters; a center only considers peers whose code it received and accepted; a rejected model
 message (:meth:`Wire.accept <lightning_fed.comm.wire.Wire.accept>`) is dropped before ranking.
@@ -43,6 +50,7 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.engine.base import packed_logits
 from lightning_fed.models.base import CenterModule
 from lightning_fed.seeding import torch_generator
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import RoundContext
 
 __all__ = ["WPFed", "lsh_codes", "nearest_by_hamming", "rank_weights"]
@@ -109,6 +117,8 @@ class WPFed(Algorithm):
         reference_size: Points in the Gaussian reference batch.
         centered: Subtract each model's mean reference logit before hashing.
         personal_layers: Head layers kept local (0 shares everything).
+        selector: Who pulls whose model (default None: the LSH choice of ``neighbours`` peers,
+            steps 2-3 of the module docstring); a selector's partners are mixed by the same ranks.
     """
 
     def __init__(
@@ -118,8 +128,10 @@ class WPFed(Algorithm):
         reference_size: int = 256,
         centered: bool = True,
         personal_layers: int = 0,
+        selector: PartnerSelector | None = None,
     ) -> None:
         super().__init__(personal_layers)
+        self.selector = selector
         for name, value in (("neighbours", neighbours), ("bits", bits), ("reference_size", reference_size)):
             if int(value) < 1:
                 raise ValueError(f"algorithm.{name} must be >= 1, got {value}")
@@ -128,7 +140,9 @@ class WPFed(Algorithm):
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
-        if self.neighbours >= self.num_centers:
+        if self.selector is not None:
+            self.selector.setup(data.metadata(), seed)
+        elif self.neighbours >= self.num_centers:
             raise ValueError(
                 f"algorithm.neighbours={self.neighbours} must be < data.num_centers={self.num_centers} "
                 "(a center cannot pull more peers than exist); lower algorithm.neighbours"
@@ -162,15 +176,13 @@ class WPFed(Algorithm):
         self._round = {"mean_neighbours": 0.0, "mean_code_distance": 0.0}
         if len(centers) < 2:
             return out
-        codes = lsh_codes(self.reference_outputs(params), self.planes, self.centered)
-        pairs = torch.cartesian_prod(centers, centers)
-        src, dst = pairs[:, 0][pairs[:, 0] != pairs[:, 1]], pairs[:, 1][pairs[:, 0] != pairs[:, 1]]
-        got = exchange(wire, {"code": codes[src]}, src, dst, ctx.round)
-        src, dst, got_codes = got.src, got.dst, got.received["code"].bool().cpu()
-        chosen = nearest_by_hamming(codes, got_codes, src, dst, self.neighbours)
-        dist = (got_codes != codes[dst]).sum(1)[chosen]
+        if self.selector is None:
+            src, dst, dist = self._lsh_choice(ctx, params, wire, centers)
+        else:
+            src, dst = self.selector.edges(ctx.round, wire.available(ctx.round, c))
+            dist = torch.zeros(0)
         shared = self.shared(params)
-        models = peer_exchange(wire, shared, src[chosen], dst[chosen], ctx.round)
+        models = peer_exchange(wire, shared, src, dst, ctx.round)
         dst = models.dst
         self._round = {
             "mean_neighbours": len(dst) / c,
@@ -184,6 +196,23 @@ class WPFed(Algorithm):
 
         out.update(scored_mix(ctx, params, shared, models.received, dst, by_rank)[0])
         return out
+
+    def _lsh_choice(
+        self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire, centers: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Steps 2-3: codes all-to-all among ``centers``, each receiver's ``neighbours`` nearest.
+
+        Returns:
+            The chosen directed pairs ``(src, dst)`` and their code distances.
+        """
+        codes = lsh_codes(self.reference_outputs(params), self.planes, self.centered)
+        pairs = torch.cartesian_prod(centers, centers)
+        src, dst = pairs[:, 0][pairs[:, 0] != pairs[:, 1]], pairs[:, 1][pairs[:, 0] != pairs[:, 1]]
+        got = exchange(wire, {"code": codes[src]}, src, dst, ctx.round)
+        src, dst, got_codes = got.src, got.dst, got.received["code"].bool().cpu()
+        chosen = nearest_by_hamming(codes, got_codes, src, dst, self.neighbours)
+        dist = (got_codes != codes[dst]).sum(1)[chosen]
+        return src[chosen], dst[chosen], dist
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)

@@ -8,15 +8,27 @@ by ``class_path``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from lightning_fed.types import RoundResult
+from lightning_fed.types import ObserverNeeds, RoundResult
 
 __all__ = ["Callback"]
 
 
 class Callback:
-    """Base class of observers; every hook is optional."""
+    """Base class of observers; every hook is optional.
+
+    Attributes:
+        needs_val_every_round: Whether this observer reads the validation AUROC every round
+            (declared to the federation by :meth:`declare_needs`).
+    """
+
+    needs_val_every_round: ClassVar[bool] = False
+
+    def declare_needs(self, needs: ObserverNeeds) -> None:
+        """When the federation is built: declare what this observer needs of the round loop
+        (default: validation every round when :attr:`needs_val_every_round`)."""
+        needs.val_every_round = needs.val_every_round or self.needs_val_every_round
 
     def setup_run_dir(self, run_dir: Path) -> None:
         """Told the run folder by ``lightning-fed fit`` before training (for callbacks that write there)."""

@@ -83,7 +83,7 @@ class StackedAdam(StackedOptimizer):
         The update is the same sequence of elementwise ops as the formula above (so the same bits
         as computing it with fresh temporaries), written in place into the gradient and into two
         buffers kept between steps: a fresh ``[k, D]`` temporary per op cost more in page faults
-        than the arithmetic (PERFORMANCE_NOTES.md).
+        than the arithmetic (docs/architecture.md, Performance decisions).
         """
         steps = state["step"][:k]
         steps += 1

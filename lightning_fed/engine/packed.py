@@ -3,7 +3,7 @@
 Centers are sorted by their number of optimizer steps in the round (descending) so that at global
 step ``s`` exactly the first ``k_s`` centers still have a batch: each step works on the slice
 ``[0:k_s]`` of the stacked tensors and nothing is padded across centers (the prefix schedule of
-PERFORMANCE_NOTES.md, 3-4x faster than masking). Within a step a center's short last batch is
+docs/architecture.md, decision 1, 3-4x faster than masking). Within a step a center's short last batch is
 padded and masked by rows, and its loss is the mean over its real rows, so its gradient is
 exactly the one it would get alone. Each active center steps its own functional Adam/SGD
 (:mod:`lightning_fed.engine.optim`); inactive centers do not step. Batch order comes from

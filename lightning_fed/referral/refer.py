@@ -13,7 +13,8 @@ walks the same queries from the same entries; every prediction rule reads the sa
 of :func:`lightning_fed.referral.workload.workload`, with test queries the source diagnostics of
 :func:`source_columns` (``source_reached``: % of walks that visit the query's source client;
 ``source_in_reach``: % of queries whose source lies within ``L`` moves of the entry) and ``queries``
-(``test``, ``every entry`` or ``panel NxR``).
+(``test``, ``every entry`` or ``panel NxR``), and last ``router_key`` (the router's stable
+:attr:`~lightning_fed.referral.routers.Router.key`, what the report tables select routers by).
 Written atomically as ``referral.csv`` and ``referral.md``, plus ``referral_traffic.png`` (the first
 router's traffic on the graph).
 """
@@ -28,13 +29,12 @@ import polars as pl
 import torch
 from torch import Tensor, nn
 
+from lightning_fed.algorithms.edgedrm.experts import Experts
+from lightning_fed.algorithms.edgedrm.potentials import Potentials
 from lightning_fed.data.center import FederatedData
-from lightning_fed.io import atomic_path
 from lightning_fed.metrics.balanced_accuracy import balanced_accuracy
-from lightning_fed.referral.experts import Experts
+from lightning_fed.plots.referral import routing_picture
 from lightning_fed.referral.panel import Queries
-from lightning_fed.referral.plots import routing_picture
-from lightning_fed.referral.potentials import Potentials
 from lightning_fed.referral.prediction import HardTerminal, PredictionRule, UniformHistory, WeightedHistory
 from lightning_fed.referral.routers import (
     CountOnlyRouter,
@@ -46,6 +46,7 @@ from lightning_fed.referral.routers import (
     RouteSetup,
 )
 from lightning_fed.referral.workload import client_calls, edge_traffic, workload
+from lightning_fed.render import frame_markdown, write_pair
 from lightning_fed.seeding import torch_generator
 
 __all__ = [
@@ -124,15 +125,9 @@ def source_columns(routes: Any, q: Queries, reach: Tensor) -> dict[str, float]:
     }
 
 
-def to_markdown(table: pl.DataFrame) -> str:
-    """A markdown table of every column (floats with 4 significant decimals)."""
-    head = "| " + " | ".join(table.columns) + " |"
-    rule = "|" + "---|" * len(table.columns)
-    rows = [
-        "| " + " | ".join(f"{v:.4g}" if isinstance(v, float) else str(v) for v in r) + " |"
-        for r in table.iter_rows()
-    ]
-    return "\n".join([head, rule, *rows]) + "\n"
+#: A markdown table of every column (floats with 4 significant digits); an alias kept for one release
+#: of :func:`lightning_fed.render.frame_markdown`, the package's one renderer.
+to_markdown = frame_markdown
 
 
 def refer(
@@ -232,6 +227,7 @@ def refer(
                     "balanced_accuracy": float(balanced_accuracy(pred, y, max(num_classes, 2))),
                     **work,
                     "queries": q.label,
+                    "router_key": router.key,
                 }
             )
     table = pl.DataFrame(rows)
@@ -241,10 +237,7 @@ def refer(
 
 
 def write_referral(table: pl.DataFrame, out: str | Path) -> tuple[Path, Path]:
-    """Write ``referral.csv`` and ``referral.md`` into ``out`` atomically; returns their paths."""
-    out = Path(out)
-    with atomic_path(out / "referral.csv") as tmp:
-        table.write_csv(tmp)
-    with atomic_path(out / "referral.md") as tmp:
-        tmp.write_text(to_markdown(table))
-    return out / "referral.csv", out / "referral.md"
+    """Write ``referral.csv`` and ``referral.md`` (every column, :func:`~lightning_fed.render.frame_markdown`)
+    into ``out`` atomically; returns their paths (CSV first)."""
+    md, csv = write_pair(frame_markdown(table), table, Path(out) / "referral")
+    return csv, md

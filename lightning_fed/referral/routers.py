@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightning_fed.referral.experts import Experts
-from lightning_fed.referral.potentials import Potentials
+from lightning_fed.algorithms.edgedrm.experts import Experts
+from lightning_fed.algorithms.edgedrm.potentials import Potentials
 from lightning_fed.seeding import torch_generator
 
 __all__ = [
@@ -117,7 +117,14 @@ class Router(ABC):
     subclasses this and implements :meth:`scores` (or overrides :meth:`route`).
 
     Args:
-        label: Its rows' ``router`` value in the referral table (default: :meth:`default_label`).
+        label: Its rows' ``router`` value in the referral table (default: :meth:`default_label`),
+            free to change (``refer --routers``: ``init_args: {label: ...}``).
+        key: Its rows' ``router_key`` value: the stable identity the report tables select and
+            order routers by (:mod:`lightning_fed.reporting.families`), unaffected by ``label``.
+            Default: :meth:`default_label`, the label the class gives itself, so an unrelabelled
+            router's key equals its label (and the label of tables written before keys existed).
+            Pass one only for a row the tables know under a name of its own (the stage-I and
+            ``--baselines`` rows of :func:`lightning_fed.referral.run.refer_run`).
     """
 
     #: Whether moves are limited to graph neighbours (False only for the oracle router).
@@ -125,15 +132,22 @@ class Router(ABC):
     #: Whether the router computes scores (its candidates count as incident scores).
     computes_scores: bool = True
 
-    def __init__(self, label: str | None = None) -> None:
-        if label is not None and not label.strip():
-            raise ValueError("a router's label must not be empty")
+    def __init__(self, label: str | None = None, key: str | None = None) -> None:
+        for name, value in (("label", label), ("key", key)):
+            if value is not None and not value.strip():
+                raise ValueError(f"a router's {name} must not be empty; leave it out for the default")
         self._label = label
+        self._key = key
 
     @property
     def label(self) -> str:
         """The ``router`` value of its rows in the referral table."""
         return getattr(self, "_label", None) or self.default_label()
+
+    @property
+    def key(self) -> str:
+        """The ``router_key`` value of its rows: its stable identity, whatever its :attr:`label`."""
+        return getattr(self, "_key", None) or self.default_label()
 
     def default_label(self) -> str:
         """The label when none is given (the class name unless a router names itself)."""
@@ -210,10 +224,11 @@ class EdgeDRMRouter(Router):
     Args:
         prior: Keep the sample-count prior ``log(n_j/n_c)`` in the score.
         label: Table label (default ``"EdgeDRM"``, ``"EdgeDRM w/o prior"`` without the prior).
+        key: Stable key (:class:`Router`; default the default label).
     """
 
-    def __init__(self, prior: bool = True, label: str | None = None) -> None:
-        super().__init__(label)
+    def __init__(self, prior: bool = True, label: str | None = None, key: str | None = None) -> None:
+        super().__init__(label, key)
         self.prior = bool(prior)
 
     def default_label(self) -> str:
@@ -286,12 +301,15 @@ class OracleSourceRouter(Router):
         epochs: Full-batch Adam steps.
         lr: Adam learning rate.
         label: Table label (default ``"oracle router on EdgeDRM experts"``).
+        key: Stable key (:class:`Router`; default the default label).
     """
 
     graph_constrained = False
 
-    def __init__(self, epochs: int = 300, lr: float = 0.05, label: str | None = None) -> None:
-        super().__init__(label)
+    def __init__(
+        self, epochs: int = 300, lr: float = 0.05, label: str | None = None, key: str | None = None
+    ) -> None:
+        super().__init__(label, key)
         if epochs < 1 or not lr > 0:
             raise ValueError(f"OracleSourceRouter needs epochs >= 1 and lr > 0, got {epochs}, {lr}")
         self.epochs, self.lr = int(epochs), float(lr)

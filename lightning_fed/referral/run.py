@@ -147,7 +147,7 @@ def refer_run(
                     fed.module,
                     stage1,
                     fed.data,
-                    routers=[NoReferral(label=label)],
+                    routers=[NoReferral(label=label, key=label)],
                     **common,
                     **entry_only,
                 )
@@ -162,7 +162,7 @@ def refer_run(
                 other.module,
                 other.center_params(),
                 other.data,
-                routers=[NoReferral(label=label)],
+                routers=[NoReferral(label=label, key=label)],
                 **common,
                 **entry_only,
             )

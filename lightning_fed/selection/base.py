@@ -1,17 +1,23 @@
-"""The partner-selection plugin: who exchanges with whom each round (architecture decision 10).
+"""The partner-selection plugin: who exchanges with whom each round (docs/architecture.md, decision 10).
 
-A :class:`PartnerSelector` is a decision plugin of :class:`~lightning_fed.algorithms.ABPS`: the
-algorithm calls :meth:`~PartnerSelector.select` every round and uses the symmetric partner sets it
-returns, exchanges and averages with the selected partners, and, when the selector
-:attr:`~PartnerSelector.learns`, computes the Shapley credit of every partner and hands it to
-:meth:`~PartnerSelector.observe`. Its :meth:`~PartnerSelector.state_dict` is part of the
-algorithm's checkpoint. It is an abstract base class rather than a ``typing.Protocol`` so that
-jsonargparse can list and build its subclasses from ``class_path`` / ``init_args``.
+A :class:`PartnerSelector` is a decision plugin of every peer method: ABPS and the graph methods
+(:class:`~lightning_fed.algorithms.DeceFL`, ``DFedAvgM``, ``EdgeDRM``, ``DeFTA``, and ``WPFed`` in
+place of its LSH choice) call :meth:`~PartnerSelector.select` (or :meth:`~PartnerSelector.edges`)
+every round and exchange with the partners it returns; the methods differ only in their mixing
+weights. ABPS, when the selector :attr:`~PartnerSelector.learns`, computes the Shapley credit of
+every partner and hands it to :meth:`~PartnerSelector.observe`. Its
+:meth:`~PartnerSelector.state_dict` is part of the algorithm's checkpoint. It is an abstract base
+class rather than a ``typing.Protocol`` so that jsonargparse can list and build its subclasses from
+``class_path`` / ``init_args`` (``algorithm.init_args.selector``).
 
 Shipped selectors: :class:`~lightning_fed.selection.abps.BayesianSelector` (ABPS: Beta posterior,
 UCB, propose-reject; learns), :class:`~lightning_fed.selection.RandomPartners` (``kappa`` random
 partners a round) and :class:`~lightning_fed.selection.GraphNeighbours` (the neighbours on a
-fixed graph); the two baselines learn nothing, so ABPS spends no compute on credit for them.
+fixed graph, the graph methods' default); the two baselines learn nothing, so ABPS spends no
+compute on credit for them. A selector may pre-filter its candidates with a
+:class:`CandidateFilter` whose descriptors ABPS publishes (ABPS's
+:class:`~lightning_fed.selection.abps.GoalFilter`); this module names only the interface, so it
+imports nothing of the ABPS package.
 
 :func:`partner_edges` and :func:`partner_lists` convert between partner sets and the directed edges
 ``(src, dst)`` that cross the wire.
@@ -28,9 +34,31 @@ from torch import Tensor
 from lightning_fed.selection.diagnostics import MatchRecord
 
 if TYPE_CHECKING:
-    from lightning_fed.selection.abps.selector import GoalFilter
+    from lightning_fed.graphs.topology import Graph
 
-__all__ = ["PartnerSelector", "partner_edges", "partner_lists"]
+__all__ = ["SELECTOR_KEY", "CandidateFilter", "PartnerSelector", "partner_edges", "partner_lists"]
+
+#: Where a selector's arguments live in a config (the prefix its errors name).
+SELECTOR_KEY = "algorithm.init_args.selector.init_args"
+
+
+class CandidateFilter(ABC):
+    """A metadata pre-filter: which peers each center may partner, from published descriptors.
+
+    Attributes:
+        metadata_dim: How many leading entries of each center's descriptor are published.
+    """
+
+    metadata_dim: int
+
+    @abstractmethod
+    def candidates(self, metadata: Tensor, published: Tensor | None = None) -> Tensor:
+        """The candidate sets as a bool ``[C, C]`` (False on the diagonal) from descriptors ``[C, d]``.
+
+        Args:
+            metadata: Descriptors ``[C, d]`` with ``d >= metadata_dim``.
+            published: Optional bool ``[C]``, whose descriptor has arrived; None: everyone's.
+        """
 
 
 class PartnerSelector(ABC):
@@ -40,20 +68,25 @@ class PartnerSelector(ABC):
         learns: Whether :meth:`observe` uses the credit it is given. ABPS computes the Shapley
             credit (a batch of coalition evaluations every round, its costliest step) only for a
             selector that learns.
-        filter: A goal-aware metadata pre-filter whose descriptors ABPS publishes over the wire
-            (None: nothing is published). A selector with a filter also holds ``candidates``, a bool
-            ``[C, C]`` that ABPS refreshes as descriptors arrive.
+        filter: A metadata pre-filter (:class:`CandidateFilter`) whose descriptors ABPS publishes
+            over the wire (None: nothing is published). A selector with a filter also holds
+            ``candidates``, a bool ``[C, C]`` that ABPS refreshes as descriptors arrive.
         kappa: The most partners a center has in a round (set by :meth:`setup` at the latest); ABPS
             books a resting center's saved bytes as ``kappa`` halves of a partnership.
         last_match: What the last :meth:`select` offered its matching (candidates, acceptance
             scores, threshold), from which ABPS counts rests by cause
             (:func:`~lightning_fed.selection.diagnostics.rest_causes`); None: not recorded.
+        graph: The fixed graph the partners come from, when there is one (set by :meth:`setup`;
+            :class:`~lightning_fed.selection.GraphNeighbours`); None when the partners change from
+            round to round. The graph methods take their Metropolis weights and graph statistics
+            from it, and EdgeDRM's stage II needs it.
     """
 
     learns: bool = False
-    filter: GoalFilter | None = None
+    filter: CandidateFilter | None = None
     kappa: int
     last_match: MatchRecord | None = None
+    graph: Graph | None = None
 
     @abstractmethod
     def setup(self, metadata: Tensor, seed: int) -> None:
@@ -70,6 +103,14 @@ class PartnerSelector(ABC):
         Returns:
             One list per center (an empty one: the center rests this round).
         """
+
+    def edges(self, round_idx: int, available: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """This round's partnerships as directed edges ``(src, dst)``, both directions of each.
+
+        Default: :func:`partner_edges` of :meth:`select`. A selector with a fixed :attr:`graph`
+        lists them in its graph's edge order (the order the graph methods always exchanged in).
+        """
+        return partner_edges(self.select(round_idx, available))
 
     def partners_everyone(self, num_centers: int) -> bool:
         """Whether every center may partner all ``num_centers - 1`` others in a round (after

@@ -30,7 +30,7 @@ from lightning_fed.graphs.gossip import build_graph, directed_edges
 from lightning_fed.graphs.topology import Graph, RandomRegular, Topology
 from lightning_fed.seeding import torch_generator
 from lightning_fed.selection.abps.matching import propose_reject
-from lightning_fed.selection.base import PartnerSelector, partner_lists
+from lightning_fed.selection.base import SELECTOR_KEY, PartnerSelector, partner_lists
 from lightning_fed.selection.diagnostics import MatchRecord
 from lightning_fed.validation import check_int
 
@@ -45,7 +45,7 @@ class RandomPartners(PartnerSelector):
     """
 
     def __init__(self, kappa: int = 3) -> None:
-        self.kappa = check_int("algorithm.selector.kappa", kappa, 1)
+        self.kappa = check_int(f"{SELECTOR_KEY}.kappa", kappa, 1)
 
     def setup(self, metadata: Tensor, seed: int) -> None:
         self.num_centers, self.seed = int(metadata.shape[0]), int(seed)
@@ -64,27 +64,39 @@ class RandomPartners(PartnerSelector):
 class GraphNeighbours(PartnerSelector):
     """The neighbours on a fixed graph, restricted to the available centers.
 
+    The default selector of the graph methods (DeceFL, DFedAvgM, EdgeDRM, DeFTA): with it they
+    exchange along exactly the edges they always did, in the same order (:meth:`edges`).
+
     Args:
         topology: The graph (default :class:`~lightning_fed.graphs.RandomRegular` of degree 4, the
             graph methods' default), built on the centers with the run seed; it must be connected.
+
+    Attributes:
+        config_key: The config path that errors about the graph name (a graph method that builds
+            this selector from its own ``topology`` argument sets ``algorithm.topology``).
     """
+
+    config_key: str = f"{SELECTOR_KEY}.topology"
 
     def __init__(self, topology: Topology | None = None) -> None:
         self.topology = topology if topology is not None else RandomRegular(4)
 
     def setup(self, metadata: Tensor, seed: int) -> None:
         self.num_centers = int(metadata.shape[0])
-        self.graph: Graph = build_graph(
-            self.topology, self.num_centers, seed, key="algorithm.selector.topology"
-        )
+        self.graph: Graph = build_graph(self.topology, self.num_centers, seed, key=self.config_key)
         self.kappa = int(self.graph.degree.max()) if self.num_centers else 0
 
     def partners_everyone(self, num_centers: int) -> bool:
         """Only on a complete graph (the largest degree alone says nothing about the others)."""
         return bool((self.graph.degree >= num_centers - 1).all())
 
+    def edges(self, round_idx: int, available: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Both directions of every graph edge whose ends are available, in the graph's edge order
+        (:func:`~lightning_fed.graphs.gossip.directed_edges`)."""
+        return directed_edges(self.graph, available)
+
     def select(self, round_idx: int, available: Tensor | None = None) -> list[list[int]]:
-        src, dst = directed_edges(self.graph, available)
+        src, dst = self.edges(round_idx, available)
         adjacency = torch.zeros(self.num_centers, self.num_centers, dtype=torch.bool)
         adjacency[src, dst] = True
         self.last_match = MatchRecord(adjacency)

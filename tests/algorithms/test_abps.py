@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lightning_fed.aggregation import CenterServerAverage, CenterServerMomentum
 from lightning_fed.algorithms import ABPS
 from lightning_fed.comm import BFloat16Hook, Wire
 from lightning_fed.models import MortalityMLP
@@ -247,6 +248,7 @@ def _goal_preset_run(tmp_path, preset: str, unavailable: list[int], rounds: int 
     return {"summary": summary, "isolation": per_round["isolation_rate"].to_list()}
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize(
     ("preset", "down"),
     [("homogeneity", list(range(30))), ("alignment", list(range(1, 30)))],
@@ -328,7 +330,11 @@ def test_server_momentum_is_fedavgm_with_each_center_as_its_own_server_by_hand()
     Round 1: start (3, 3), trained (4, 2), m = (120 + 20)/40 = 3.5; Delta = (0.5, 0.5);
     v = 0.5*(2, -2) + (0.5, 0.5) = (1.5, -0.5); theta = (4.5, 2.5).
     (Plain ABPS would give 3.5 for both; the per-center EMA momentum other numbers again.)"""
-    algo = ABPS(server_momentum=0.5)
+    _check_center_server_momentum_by_hand(ABPS(server_momentum=0.5))
+    _check_center_server_momentum_by_hand(ABPS(server_optimizer=CenterServerMomentum(beta=0.5)))
+
+
+def _check_center_server_momentum_by_hand(algo: ABPS) -> None:
     algo.selector = BayesianSelector(kappa=1)
     _, start = _setup([30, 10], algo, [1.0, 5.0])
     _fixed(algo, [[1], [0]])
@@ -346,8 +352,15 @@ def test_server_momentum_is_fedavgm_with_each_center_as_its_own_server_by_hand()
 
 
 def test_server_momentum_zero_is_plain_abps_and_excludes_ema_momentum() -> None:
-    with pytest.raises(ValueError, match="set one to 0"):
+    with pytest.raises(ValueError, match="two kinds of momentum: set momentum to 0"):
         ABPS(momentum=0.5, server_momentum=0.5)
+    with pytest.raises(
+        ValueError, match=r"server_momentum is the old alias of algorithm\.init_args\.server_optimizer"
+    ):
+        ABPS(server_momentum=0.5, server_optimizer=CenterServerMomentum(0.5))
+    alias = ABPS(server_momentum=0.5).server_optimizer
+    assert type(alias) is CenterServerMomentum and alias.beta == 0.5
+    assert type(ABPS(server_momentum=0.0).server_optimizer) is CenterServerAverage
     plain, zero = ABPS(), ABPS(server_momentum=0.0)
     outs = []
     for algo in (plain, zero):

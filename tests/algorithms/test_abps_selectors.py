@@ -100,6 +100,7 @@ SELECTORS = {
 }
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("name", list(SELECTORS))
 def test_abps_with_each_selector_runs_from_yaml_through_the_cli(tmp_path: Path, name: str) -> None:
     """``algorithm.init_args.selector.class_path`` picks the selector; the resolved config records it

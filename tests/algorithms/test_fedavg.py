@@ -7,8 +7,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
-from lightning_fed.aggregation import mix, sample_weights, weighted_average
-from lightning_fed.aggregation.server_momentum import ServerMomentum
+from lightning_fed.aggregation import ServerAverage, ServerMomentum, mix, sample_weights, weighted_average
 from lightning_fed.algorithms import Centralized, FedAvg, LocalOnly
 from lightning_fed.comm import Wire
 from lightning_fed.federation import Federation
@@ -126,8 +125,8 @@ def test_server_momentum_two_centers_three_rounds_by_hand() -> None:
             else:
                 assert torch.equal(p, torch.full_like(p, expected)), (r, n)
                 assert torch.equal(ref[n], torch.full_like(p, fedavg))
-    assert set(algo.server_momentum.server) == set(algo.shared_names)
-    assert all(float(v.abs().max()) == 0.0 for v in algo.server_momentum.velocity.values())
+    assert set(algo.server_optimizer.server) == set(algo.shared_names)
+    assert all(float(v.abs().max()) == 0.0 for v in algo.server_optimizer.velocity.values())
 
 
 def test_server_momentum_zero_is_plain_fedavg_bit_for_bit() -> None:
@@ -189,8 +188,68 @@ def test_server_momentum_federation_resume_equals_straight_run() -> None:
 
 
 def test_momentum_and_server_momentum_are_mutually_exclusive() -> None:
-    with pytest.raises(ValueError, match=r"algorithm\.momentum=0\.5 and algorithm\.server_momentum=0\.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"momentum=0\.5 and algorithm\.init_args\.server_optimizer=ServerMomentum",
+    ):
         FedAvg(momentum=0.5, server_momentum=0.5)
-    with pytest.raises(ValueError, match=r"algorithm\.server_momentum must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"algorithm\.init_args\.server_momentum must be in \[0, 1\)"):
         FedAvg(server_momentum=1.0)
-    assert FedAvg(momentum=0.5).server_momentum.beta == 0.0
+    with pytest.raises(ValueError, match=r"server_optimizer\.init_args\.beta must be in \[0, 1\)"):
+        ServerMomentum(1.0)
+    assert isinstance(FedAvg(momentum=0.5).server_optimizer, ServerAverage)
+
+
+def test_server_momentum_alias_maps_to_the_server_momentum_plugin() -> None:
+    """``server_momentum: beta`` is ``server_optimizer: ServerMomentum(beta)``; 0 and unset are the
+    average; giving both keys is a one-line error naming them."""
+    alias = FedAvg(server_momentum=0.5).server_optimizer
+    assert type(alias) is ServerMomentum and alias.beta == 0.5
+    assert type(FedAvg(server_momentum=0.0).server_optimizer) is ServerAverage
+    assert type(FedAvg().server_optimizer) is ServerAverage
+    with pytest.raises(
+        ValueError, match=r"server_momentum is the old alias of algorithm\.init_args\.server_optimizer"
+    ):
+        FedAvg(server_momentum=0.5, server_optimizer=ServerMomentum(0.5))
+
+
+def test_server_momentum_alias_and_plugin_give_identical_federations() -> None:
+    """The alias and the plugin it maps to train the same parameters bit for bit (2 rounds)."""
+    data = make_federation([30, 10, 20])
+
+    def run(algo: FedAvg) -> dict[str, torch.Tensor]:
+        fed = Federation(
+            data,
+            MortalityMLP(hidden=(4, 3), dropout=0.0),
+            algo,
+            TrainerConfig(rounds=2, batch_size=16),
+            Fabric(accelerator="cpu", devices=1),
+        )
+        fed.fit()
+        return fed.engine.get_params()
+
+    a = run(FedAvg(server_momentum=0.5))
+    b = run(FedAvg(server_optimizer=ServerMomentum(beta=0.5)))
+    assert all(torch.equal(a[n], b[n]) for n in a)
+
+
+def test_server_momentum_checkpoint_key_of_earlier_releases_still_loads() -> None:
+    """A state saved under ``server_momentum`` (before the plugin) restores the server model and velocity."""
+    data = make_federation([30, 10])
+    module = _zero_init(MortalityMLP(in_features=data.num_features, hidden=(4, 3)))
+    algo = FedAvg(server_momentum=0.5)
+    algo.setup(data, module)
+    algo.aggregate(_ctx(0), _params(data, module, [1.0, 5.0]), Wire())
+    state = algo.state_dict()
+    old = {"momentum": state["momentum"], "server_momentum": state["server_optimizer"]}
+    again = FedAvg(server_optimizer=ServerMomentum(0.5))
+    again.setup(data, module)
+    again.load_state_dict(old)
+    assert all(
+        torch.equal(again.server_optimizer.server[n], algo.server_optimizer.server[n])
+        for n in algo.shared_names
+    )
+    assert all(
+        torch.equal(again.server_optimizer.velocity[n], algo.server_optimizer.velocity[n])
+        for n in algo.shared_names
+    )

@@ -16,7 +16,8 @@ from torch import Tensor
 
 from lightning_fed.algorithms import FedDRM
 from lightning_fed.algorithms.feddrm import SOURCE_HEAD
-from lightning_fed.cli import _load_run, main
+from lightning_fed.cli import main
+from lightning_fed.commands.common import load_run as _load_run
 from lightning_fed.data.center import FederatedData
 from lightning_fed.federation import Federation
 from lightning_fed.models.mlp import MortalityMLP
@@ -175,6 +176,7 @@ DIGITS = [
 ]
 
 
+@pytest.mark.cli
 def test_cli_fit_writes_the_feddrm_number_and_the_tables_read_it(tmp_path: Path) -> None:
     """``lightning-fed fit`` with FedDRM on tiny Digits: summary.json carries its accuracy on the pooled
     test queries, a reload of the run keeps it, and the EdgeDRM tables read one Reference row."""
@@ -200,6 +202,7 @@ def test_cli_fit_writes_the_feddrm_number_and_the_tables_read_it(tmp_path: Path)
 BENCH = Path(__file__).resolve().parents[2] / "configs" / "edgedrm_bench"
 
 
+@pytest.mark.cli
 def test_the_benchmark_layers_run_feddrm(tmp_path: Path) -> None:
     """data/fmnist_cpu + partitions/dir03 + methods/feddrm_cpu (no graph layer), shrunk to 60 images per
     client and 2 rounds of 2 updates: a FedDRM run the EdgeDRM tables read."""

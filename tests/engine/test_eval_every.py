@@ -203,6 +203,7 @@ def _read(run: Path) -> tuple[pl.DataFrame, dict[str, Any]]:
     return frame.drop([c for c in frame.columns if c.startswith("seconds_")]), summary
 
 
+@pytest.mark.cli
 def test_run_folder_has_null_test_columns_and_report_test_and_resume_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -241,6 +242,7 @@ def test_run_folder_has_null_test_columns_and_report_test_and_resume_work(
     capsys.readouterr()
 
 
+@pytest.mark.cli
 def test_a_bad_eval_every_on_the_command_line_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

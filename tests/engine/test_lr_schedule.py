@@ -344,6 +344,7 @@ def test_the_federation_threads_the_trainer_settings_to_the_engine() -> None:
 # --- configuration -------------------------------------------------------------------------------
 
 
+@pytest.mark.cli
 def test_cli_fit_with_a_cosine_schedule_by_class_path(tmp_path: Path) -> None:
     """A config file choosing ``trainer.lr_schedule`` by class_path (plus the reset) fits one round of
     the tiny CLI federation, and the saved config.yaml carries both keys."""
@@ -375,6 +376,7 @@ def test_cli_fit_with_a_cosine_schedule_by_class_path(tmp_path: Path) -> None:
     assert (tmp_path / "run" / "summary.json").is_file()
 
 
+@pytest.mark.cli
 def test_dotted_cli_overrides_parse_and_bad_values_name_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

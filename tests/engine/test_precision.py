@@ -246,6 +246,7 @@ TINY = [
 ]
 
 
+@pytest.mark.cli
 def test_cli_64_true_checkpoints_float64_parameters(tmp_path: Path) -> None:
     main(["fit", *TINY, f"--output.root={tmp_path}", "--output.name=run", "--fabric.precision=64-true"])
     state = read_checkpoint(tmp_path / "run" / "checkpoint.pt")
@@ -253,6 +254,7 @@ def test_cli_64_true_checkpoints_float64_parameters(tmp_path: Path) -> None:
     assert {t.dtype for t in params.values()} == {torch.float64}
 
 
+@pytest.mark.cli
 @pytest.mark.parametrize("value", ["16-mixed", "16-true"])
 def test_cli_refuses_float16_before_writing(
     tmp_path: Path, capsys: pytest.CaptureFixture, value: str

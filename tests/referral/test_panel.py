@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from lightning_fed.algorithms.edgedrm import EdgeDRM
+from lightning_fed.algorithms.edgedrm.potentials import Potentials
 from lightning_fed.data.images import Digits
 from lightning_fed.federation import Federation
 from lightning_fed.graphs.topology import HospitalTiers
@@ -27,7 +28,6 @@ from lightning_fed.referral.panel import (
     panel_rows,
     untransformed_data,
 )
-from lightning_fed.referral.potentials import Potentials
 from lightning_fed.referral.refer import refer
 from lightning_fed.referral.routers import EdgeDRMRouter, NoReferral
 from lightning_fed.referral.run import refer_run

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from lightning_fed.algorithms.edgedrm.potentials import Potentials, endpoint_losses, kappa, neighbour_table
+from lightning_fed.algorithms.edgedrm.stage2 import pad_rows
 from lightning_fed.graphs.topology import Graph
-from lightning_fed.referral.potentials import Potentials, endpoint_losses, kappa, neighbour_table
-from lightning_fed.referral.stage2 import pad_rows
 
 
 def sp(v: float) -> float:

@@ -9,6 +9,8 @@ import pytest
 
 from lightning_fed.cli import main
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 DIGITS = [
     "--data=lightning_fed.data.Digits",
     "--data.init_args.num_clients=4",

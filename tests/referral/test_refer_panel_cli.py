@@ -11,6 +11,8 @@ from lightning_fed.cli import main
 
 from .test_refer_cli import DIGITS, EDGEDRM
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 PANEL = (
     "--callbacks=[{class_path: lightning_fed.referral.panel.QueryPanel, init_args: {images: 20, records: 4}}]"
 )

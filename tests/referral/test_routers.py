@@ -7,9 +7,9 @@ import math
 
 import torch
 
+from lightning_fed.algorithms.edgedrm.experts import Experts
+from lightning_fed.algorithms.edgedrm.potentials import Potentials
 from lightning_fed.graphs.topology import Cycle, Graph, RandomRegular
-from lightning_fed.referral.experts import Experts
-from lightning_fed.referral.potentials import Potentials
 from lightning_fed.referral.routers import (
     CountOnlyRouter,
     EdgeDRMRouter,

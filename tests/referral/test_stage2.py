@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from lightning_fed.algorithms.edgedrm.stage2 import Stage2Optim, fit_stage2
 from lightning_fed.graphs.topology import Graph
-from lightning_fed.referral.stage2 import Stage2Optim, fit_stage2
 
 MEANS = torch.tensor([[0.0, 0.0], [1.0, 0.5], [-0.5, 1.5]])
 

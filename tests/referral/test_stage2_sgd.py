@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from lightning_fed.algorithms.edgedrm import EdgeDRM
+from lightning_fed.algorithms.edgedrm.stage2 import Stage2Optim, fit_stage2, stage2_batches
 from lightning_fed.graphs.topology import Graph
-from lightning_fed.referral.stage2 import Stage2Optim, fit_stage2, stage2_batches
 
 MEANS = torch.tensor([[0.0, 0.0], [1.0, 0.5], [-0.5, 1.5]])
 PATH3 = Graph(3, torch.tensor([[0, 1], [1, 2]])).adjacency

@@ -144,7 +144,7 @@ def test_per_center_gives_every_center_candidates_where_global_empties_some() ->
 
 
 def test_unknown_keep_mode_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"filter\.keep must be one of per_center, global"):
+    with pytest.raises(ValueError, match=r"filter\.init_args\.keep must be one of per_center, global"):
         candidate_mask(META, "homogeneity", keep_fraction=0.25, keep="both")
 
 

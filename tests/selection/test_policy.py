@@ -69,7 +69,9 @@ def test_thompson_draws_match_the_beta_moments_and_are_reproducible() -> None:
 
 
 def test_gamma_belongs_to_the_policy_when_one_is_given() -> None:
-    with pytest.raises(ValueError, match=r"give gamma under algorithm\.selector\.policy\.init_args"):
+    with pytest.raises(
+        ValueError, match=r"give gamma under algorithm\.init_args\.selector\.init_args\.policy"
+    ):
         BayesianSelector(gamma=0.1, policy=UCB(0.1))
     assert BayesianSelector(gamma=0.1).policy.gamma == 0.1
 

@@ -54,7 +54,7 @@ def test_random_partners_only_pair_available_centers() -> None:
 
 
 def test_random_partners_validates_kappa() -> None:
-    with pytest.raises(ValueError, match=r"algorithm\.selector\.kappa must be >= 1"):
+    with pytest.raises(ValueError, match=r"algorithm\.init_args\.selector\.init_args\.kappa must be >= 1"):
         RandomPartners(kappa=0)
 
 
@@ -70,9 +70,9 @@ def test_graph_neighbours_on_a_cycle_are_exactly_the_cycle_neighbours() -> None:
 
 
 def test_graph_neighbours_name_the_key_for_a_bad_topology() -> None:
-    with pytest.raises(ValueError, match=r"algorithm\.selector\.topology=EdgeList.*disconnected"):
+    with pytest.raises(ValueError, match=r"selector\.init_args\.topology=EdgeList.*disconnected"):
         GraphNeighbours(EdgeList([[0, 1]])).setup(_meta(3), seed=0)
-    with pytest.raises(ValueError, match=r"algorithm\.selector\.topology=RandomRegular.*num_centers=3"):
+    with pytest.raises(ValueError, match=r"selector\.init_args\.topology=RandomRegular.*num_centers=3"):
         GraphNeighbours().setup(_meta(3), seed=0)
 
 
@@ -90,3 +90,52 @@ def test_only_the_bayesian_selector_learns() -> None:
     sel = RandomPartners(1)
     sel.setup(_meta(4), seed=0)
     assert sel.state_dict() == {} and sel.filter is None
+
+
+@pytest.mark.parametrize("make", [lambda: BayesianSelector(kappa=0), lambda: RandomPartners(kappa=0)])
+def test_kappa_errors_name_the_real_config_key(make) -> None:
+    """kappa is a selector argument: the error names ``algorithm.init_args.selector.init_args.kappa``
+    (the key a config sets), not ``algorithm.kappa`` (which ABPS does not take)."""
+    with pytest.raises(ValueError) as err:
+        make()
+    message = str(err.value)
+    assert message.startswith("algorithm.init_args.selector.init_args.kappa must be")
+    assert "\n" not in message
+
+
+def test_bayesian_kappa_error_says_the_fix() -> None:
+    with pytest.raises(
+        ValueError, match=r"kappa must be >= 1 \(partners per center and round\), got 0: use e\.g\. 3"
+    ):
+        BayesianSelector(kappa=0)
+
+
+def test_graph_neighbours_edges_are_the_graphs_directed_edges_in_graph_order() -> None:
+    """``edges`` lists both directions of every graph edge whose ends are available, in the order the
+    graph methods always exchanged in; ``select`` gives the same partnerships as sorted sets."""
+    from lightning_fed.graphs.gossip import directed_edges
+
+    sel = GraphNeighbours(Cycle())
+    sel.setup(_meta(6), seed=0)
+    available = torch.tensor([True, True, False, True, True, True])
+    src, dst = sel.edges(0, available)
+    ref_src, ref_dst = directed_edges(sel.graph, available)
+    assert torch.equal(src, ref_src) and torch.equal(dst, ref_dst)
+    assert [sorted(p) for p in partner_lists(src, dst, 6)] == sel.select(0, available)
+
+
+def test_selection_base_imports_nothing_of_the_abps_package() -> None:
+    """The plugin interface names only its own CandidateFilter; GoalFilter lives in the ABPS package
+    (``selection/abps/filter.py``) and its old import path still gives the same class."""
+    import ast
+    from pathlib import Path
+
+    import lightning_fed.selection.base as base
+    from lightning_fed.selection.abps import GoalFilter
+    from lightning_fed.selection.abps.filter import GoalFilter as HomeGoalFilter
+    from lightning_fed.selection.abps.selector import GoalFilter as OldPathGoalFilter
+
+    tree = ast.parse(Path(base.__file__).read_text())
+    modules = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not any(m and m.startswith("lightning_fed.selection.abps") for m in modules)
+    assert GoalFilter is HomeGoalFilter is OldPathGoalFilter and issubclass(GoalFilter, base.CandidateFilter)

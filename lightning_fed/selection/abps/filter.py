@@ -37,9 +37,22 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-__all__ = ["GOALS", "KEEP_MODES", "calibrate_threshold", "candidate_mask", "goal_scores", "top_k_mask"]
+from lightning_fed.selection.base import SELECTOR_KEY, CandidateFilter
+
+__all__ = [
+    "GOALS",
+    "KEEP_MODES",
+    "GoalFilter",
+    "calibrate_threshold",
+    "candidate_mask",
+    "goal_scores",
+    "top_k_mask",
+]
 
 #: How a keep fraction calibrates ``tau_sim`` (module docstring).
+#: Where a goal filter's arguments live in a config (the prefix its errors name).
+FILTER_KEY = f"{SELECTOR_KEY}.filter.init_args"
+
 KEEP_MODES: tuple[str, ...] = ("per_center", "global")
 
 #: Rows sorted at once by :func:`top_k_mask` (its per-row sorts need no ``[C, C]`` index matrix).
@@ -192,7 +205,7 @@ def candidate_mask(
                 )
             return mask
     if keep not in KEEP_MODES:
-        raise ValueError(f"filter.keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
+        raise ValueError(f"{FILTER_KEY}.keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
     if keep_fraction is not None and keep == "per_center":
         top = top_k_mask(scores, keep_fraction)
         return top | top.T
@@ -200,3 +213,65 @@ def candidate_mask(
         tau_sim = calibrate_threshold(scores, keep_fraction)
     mask = torch.ones_like(scores, dtype=torch.bool) if tau_sim is None else scores >= tau_sim
     return mask.fill_diagonal_(False)
+
+
+class GoalFilter(CandidateFilter):
+    """Goal-aware metadata pre-filter (ABPS Sec. 4.1, Eq. 3).
+
+    Args:
+        goal: ``"homogeneity"``, ``"diversity"`` or ``"alignment"``.
+        tau_sim: Fixed admission threshold on ``f_i(v_i, v_j)``; mutually exclusive with
+            ``keep_fraction``.
+        keep_fraction: Calibrate ``tau_sim`` from this keep fraction ``rho`` (paper: 0.25).
+        metadata_dim: Descriptor entries used: 3 (base) or 15 (with the 12 Charlson prevalences).
+        keep: How ``keep_fraction`` calibrates: ``"per_center"`` (every center keeps its own
+            ``ceil(rho (n - 1))`` best peers, symmetrized by union; the paper's presets) or
+            ``"global"`` (one quantile over all pairs; before issue 14 the only mode). See
+            :mod:`~lightning_fed.selection.abps.filter`.
+    """
+
+    def __init__(
+        self,
+        goal: str = "homogeneity",
+        tau_sim: float | None = None,
+        keep_fraction: float | None = 0.25,
+        metadata_dim: int = 3,
+        keep: str = "per_center",
+    ) -> None:
+        if keep not in KEEP_MODES:
+            raise ValueError(f"{FILTER_KEY}.keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
+        if goal not in GOALS:
+            raise ValueError(f"{FILTER_KEY}.goal must be one of {sorted(GOALS)}, got {goal!r}")
+        if tau_sim is not None and keep_fraction is not None:
+            raise ValueError(
+                f"{FILTER_KEY}: give either tau_sim or keep_fraction, not both (set the other to null)"
+            )
+        if keep_fraction is not None and not 0.0 < keep_fraction <= 1.0:
+            raise ValueError(f"{FILTER_KEY}.keep_fraction must be in (0, 1], got {keep_fraction}")
+        if metadata_dim < 1:
+            raise ValueError(f"{FILTER_KEY}.metadata_dim must be >= 1, got {metadata_dim}")
+        self.goal, self.tau_sim, self.keep_fraction = goal, tau_sim, keep_fraction
+        self.metadata_dim = int(metadata_dim)
+        self.keep = keep
+
+    def candidates(self, metadata: Tensor, published: Tensor | None = None) -> Tensor:
+        """``C_i`` for every center as a bool ``[C, C]`` matrix (False on the diagonal).
+
+        Args:
+            metadata: Descriptors ``[C, d]`` with ``d >= metadata_dim``.
+            published: Optional bool ``[C]``, whose descriptor has arrived (see
+                :func:`~lightning_fed.selection.abps.filter.candidate_mask`); None = everyone's.
+        """
+        if metadata.shape[1] < self.metadata_dim:
+            raise ValueError(
+                f"{FILTER_KEY}.metadata_dim={self.metadata_dim} but the data's descriptors have "
+                f"{metadata.shape[1]} entries"
+            )
+        return candidate_mask(
+            metadata[:, : self.metadata_dim],
+            self.goal,
+            self.tau_sim,
+            self.keep_fraction,
+            published,
+            self.keep,
+        )

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from lightning_fed.selection.abps.posterior import BLOCK_ROWS, BetaPosterior, PairValues, row_positions
 from lightning_fed.selection.abps.ucb import ucb
+from lightning_fed.selection.base import SELECTOR_KEY
 from lightning_fed.validation import check_number
 
 __all__ = ["UCB", "DenseScores", "PairScores", "ScaledUCB", "SelectionPolicy", "SparseScores", "Thompson"]
@@ -210,7 +211,7 @@ class UCB(SelectionPolicy):
     """
 
     def __init__(self, gamma: float = math.sqrt(2.0)) -> None:
-        self.gamma = check_number("algorithm.selector.policy.gamma", gamma, 0.0, strict=False)
+        self.gamma = check_number(f"{SELECTOR_KEY}.policy.init_args.gamma", gamma, 0.0, strict=False)
 
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
         return self.pair_scores(posterior, t, generator).dense()
@@ -260,11 +261,13 @@ class ScaledUCB(SelectionPolicy):
     def __init__(
         self, gamma: float = math.sqrt(2.0), scale: float | None = None, min_scale: float = 1e-3
     ) -> None:
-        self.gamma = check_number("algorithm.selector.policy.gamma", gamma, 0.0, strict=False)
+        self.gamma = check_number(f"{SELECTOR_KEY}.policy.init_args.gamma", gamma, 0.0, strict=False)
         if scale is not None:
-            scale = check_number("algorithm.selector.policy.scale", scale, 0.0, strict=True)
+            scale = check_number(f"{SELECTOR_KEY}.policy.init_args.scale", scale, 0.0, strict=True)
         self.scale = scale
-        self.min_scale = check_number("algorithm.selector.policy.min_scale", min_scale, 0.0, strict=True)
+        self.min_scale = check_number(
+            f"{SELECTOR_KEY}.policy.init_args.min_scale", min_scale, 0.0, strict=True
+        )
         self.setup()
 
     def setup(self) -> None:

@@ -21,74 +21,14 @@ import torch
 from torch import Tensor
 
 from lightning_fed.seeding import torch_generator
-from lightning_fed.selection.abps.filter import GOALS, KEEP_MODES, candidate_mask
+from lightning_fed.selection.abps.filter import GoalFilter
 from lightning_fed.selection.abps.matching import propose_reject
 from lightning_fed.selection.abps.policy import UCB, SelectionPolicy
 from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
-from lightning_fed.selection.base import PartnerSelector
+from lightning_fed.selection.base import SELECTOR_KEY, PartnerSelector
 from lightning_fed.selection.diagnostics import MatchRecord
 
 __all__ = ["BayesianSelector", "GoalFilter"]
-
-
-class GoalFilter:
-    """Goal-aware metadata pre-filter (ABPS Sec. 4.1, Eq. 3).
-
-    Args:
-        goal: ``"homogeneity"``, ``"diversity"`` or ``"alignment"``.
-        tau_sim: Fixed admission threshold on ``f_i(v_i, v_j)``; mutually exclusive with
-            ``keep_fraction``.
-        keep_fraction: Calibrate ``tau_sim`` from this keep fraction ``rho`` (paper: 0.25).
-        metadata_dim: Descriptor entries used: 3 (base) or 15 (with the 12 Charlson prevalences).
-        keep: How ``keep_fraction`` calibrates: ``"per_center"`` (every center keeps its own
-            ``ceil(rho (n - 1))`` best peers, symmetrized by union; the paper's presets) or
-            ``"global"`` (one quantile over all pairs; before issue 14 the only mode). See
-            :mod:`~lightning_fed.selection.abps.filter`.
-    """
-
-    def __init__(
-        self,
-        goal: str = "homogeneity",
-        tau_sim: float | None = None,
-        keep_fraction: float | None = 0.25,
-        metadata_dim: int = 3,
-        keep: str = "per_center",
-    ) -> None:
-        if keep not in KEEP_MODES:
-            raise ValueError(f"filter.keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
-        if goal not in GOALS:
-            raise ValueError(f"filter.goal must be one of {sorted(GOALS)}, got {goal!r}")
-        if tau_sim is not None and keep_fraction is not None:
-            raise ValueError("filter: give either tau_sim or keep_fraction, not both (set the other to null)")
-        if keep_fraction is not None and not 0.0 < keep_fraction <= 1.0:
-            raise ValueError(f"filter.keep_fraction must be in (0, 1], got {keep_fraction}")
-        if metadata_dim < 1:
-            raise ValueError(f"filter.metadata_dim must be >= 1, got {metadata_dim}")
-        self.goal, self.tau_sim, self.keep_fraction = goal, tau_sim, keep_fraction
-        self.metadata_dim = int(metadata_dim)
-        self.keep = keep
-
-    def candidates(self, metadata: Tensor, published: Tensor | None = None) -> Tensor:
-        """``C_i`` for every center as a bool ``[C, C]`` matrix (False on the diagonal).
-
-        Args:
-            metadata: Descriptors ``[C, d]`` with ``d >= metadata_dim``.
-            published: Optional bool ``[C]``, whose descriptor has arrived (see
-                :func:`~lightning_fed.selection.abps.filter.candidate_mask`); None = everyone's.
-        """
-        if metadata.shape[1] < self.metadata_dim:
-            raise ValueError(
-                f"filter.metadata_dim={self.metadata_dim} but the data's descriptors have "
-                f"{metadata.shape[1]} entries"
-            )
-        return candidate_mask(
-            metadata[:, : self.metadata_dim],
-            self.goal,
-            self.tau_sim,
-            self.keep_fraction,
-            published,
-            self.keep,
-        )
 
 
 class BayesianSelector(PartnerSelector):
@@ -126,24 +66,27 @@ class BayesianSelector(PartnerSelector):
         policy: SelectionPolicy | None = None,
     ) -> None:
         if kappa < 1:
-            raise ValueError(f"algorithm.kappa must be >= 1, got {kappa}")
+            raise ValueError(
+                f"{SELECTOR_KEY}.kappa must be >= 1 (partners per center and round), got {kappa}: "
+                "use e.g. 3 (the paper) or 1 (the bandwidth presets)"
+            )
         if not 0.0 <= epsilon < 1.0:
-            raise ValueError(f"algorithm.epsilon must be in [0, 1), got {epsilon}")
+            raise ValueError(f"{SELECTOR_KEY}.epsilon must be in [0, 1), got {epsilon}")
         if gamma < 0:
-            raise ValueError(f"algorithm.gamma must be >= 0, got {gamma}")
+            raise ValueError(f"{SELECTOR_KEY}.gamma must be >= 0, got {gamma}")
         if tau_acc < 0:
-            raise ValueError(f"algorithm.tau_acc must be >= 0, got {tau_acc}")
+            raise ValueError(f"{SELECTOR_KEY}.tau_acc must be >= 0, got {tau_acc}")
         if alpha0 <= 0 or beta0 <= 0:
-            raise ValueError(f"algorithm.alpha0 and beta0 must be > 0, got {alpha0}, {beta0}")
+            raise ValueError(f"{SELECTOR_KEY}.alpha0 and beta0 must be > 0, got {alpha0}, {beta0}")
         if phi_min >= phi_max:
-            raise ValueError(f"algorithm.phi_min must be < phi_max, got {phi_min} >= {phi_max}")
+            raise ValueError(f"{SELECTOR_KEY}.phi_min must be < phi_max, got {phi_min} >= {phi_max}")
         self.kappa, self.epsilon, self.gamma, self.tau_acc = int(kappa), float(epsilon), float(gamma), tau_acc
         self.alpha0, self.beta0, self.phi_min, self.phi_max = alpha0, beta0, phi_min, phi_max
         self.filter = filter
         if policy is not None and not math.isclose(self.gamma, math.sqrt(2.0)):
             raise ValueError(
-                "algorithm.selector.gamma is the default UCB policy's; with a policy set, give gamma "
-                "under algorithm.selector.policy.init_args instead"
+                f"{SELECTOR_KEY}.gamma is the default UCB policy's; with a policy set, give gamma "
+                f"under {SELECTOR_KEY}.policy.init_args instead"
             )
         self.policy: SelectionPolicy = policy if policy is not None else UCB(self.gamma)
 

@@ -6,7 +6,7 @@ once (encoders frozen), stage II minimizes the balanced graph objective
     m L_G = sum_u L_u,   L_u = lambda T_u(alpha_u, beta_u) + kappa sum_{v in N(u)} L_{uv}^{(u)}(a_u, a_v),
     kappa = m (1 - lambda) / (2|E|)
 
-(see :mod:`lightning_fed.referral.potentials` for the derivation), over the linear heads
+(see :mod:`lightning_fed.algorithms.edgedrm.potentials` for the derivation), over the linear heads
 ``(beta_u, alpha_u)`` (``head.weight``, ``head.bias``) and the potentials ``a_u = (theta_u, b_u)``.
 The task term only moves the heads and the edge terms only move the potentials (routing gradients
 do not reach the encoder or the head, App. D.2.1). Every term is evaluated on the owning client's
@@ -61,8 +61,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lightning_fed.algorithms.edgedrm.potentials import Potentials, endpoint_losses, kappa, neighbour_table
 from lightning_fed.engine.lr_schedule import Cosine
-from lightning_fed.referral.potentials import Potentials, endpoint_losses, kappa, neighbour_table
 from lightning_fed.seeding import torch_generator
 
 __all__ = ["OPTIMIZERS", "Stage2Optim", "Stage2Result", "fit_stage2", "pad_rows", "stage2_batches"]

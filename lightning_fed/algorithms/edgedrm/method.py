@@ -7,7 +7,7 @@ mixing with graph neighbours). :meth:`EdgeDRM.finish` runs stage II:
 2. neighbours exchange training counts ``n_u`` (for the inference prior ``log(n_j / n_i)``);
 3. heads and potentials ``(b_u, theta_u)`` are fitted with the balanced endpoint objective
    ``sum_u [lambda T_u + kappa sum_{v in N(u)} L_uv^(u)]``, ``kappa = m(1 - lambda)/(2|E|)``
-   (:mod:`lightning_fed.referral.stage2`), by default as the paper fits it: ``stage2_epochs`` rounds
+   (:mod:`lightning_fed.algorithms.edgedrm.stage2`), by default as the paper fits it: ``stage2_epochs`` rounds
    of ``stage2_steps_per_round`` mini-batch momentum-SGD steps on a cosine rate (App. D.2.1, D.3.2);
    per optimizer step each client sends its potential to each neighbour and gets back the gradient of
    the neighbour's endpoint term with respect to it (App. B.4, ``G_i``);
@@ -27,12 +27,15 @@ import torch
 from torch import Tensor
 
 from lightning_fed.algorithms.dfedavgm import DFedAvgM
+from lightning_fed.algorithms.edgedrm.experts import Experts
+from lightning_fed.algorithms.edgedrm.potentials import Potentials
+from lightning_fed.algorithms.edgedrm.stage2 import Stage2Optim, fit_stage2
 from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import FederatedData
 from lightning_fed.graphs.gossip import directed_edges
 from lightning_fed.graphs.topology import Topology
-from lightning_fed.referral.experts import Experts
-from lightning_fed.referral.potentials import Potentials
-from lightning_fed.referral.stage2 import Stage2Optim, fit_stage2
+from lightning_fed.models.base import CenterModule
+from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.types import FinishContext
 
 __all__ = ["EdgeDRM"]
@@ -64,13 +67,16 @@ class EdgeDRM(DFedAvgM):
             same post-consensus encoders, plus a pre-consensus row (:mod:`lightning_fed.referral.run`).
         stage2_optimizer: ``"sgd"`` (the paper's mini-batch momentum SGD) or ``"adam"`` (full-batch
             Adam at the constant rate ``lr``; lambda then has almost no effect, see
-            :mod:`lightning_fed.referral.stage2`).
+            :mod:`lightning_fed.algorithms.edgedrm.stage2`).
         stage2_steps_per_round: SGD mini-batch steps per stage-II round (paper: 5, App. D.3.2).
         stage2_batch_size: Rows per client mini-batch (paper: 32).
         stage2_momentum: SGD momentum (paper: 0.9), reset every round when ``stage2_reset_momentum``.
         stage2_weight_decay: SGD weight decay on heads and potentials (paper: 5e-4).
         stage2_horizon: Cosine horizon ``H`` in rounds (paper: 600, stopping at round 200).
         stage2_reset_momentum: Reset the momentum buffer at every round start (paper: yes).
+        selector: Stage I's partners (default ``GraphNeighbours(topology)``; exclusive with
+            ``topology``). Stage II and referral need a fixed graph, so the selector must have one
+            (:attr:`~lightning_fed.selection.PartnerSelector.graph`).
     """
 
     def __init__(
@@ -91,8 +97,9 @@ class EdgeDRM(DFedAvgM):
         stage2_weight_decay: float = 5e-4,
         stage2_horizon: int = 600,
         stage2_reset_momentum: bool = True,
+        selector: PartnerSelector | None = None,
     ) -> None:
-        super().__init__(topology, personal_layers)
+        super().__init__(topology, personal_layers, selector)
         if int(consensus_steps) < 0:
             raise ValueError(f"algorithm.consensus_steps must be >= 0, got {consensus_steps}")
         self.consensus_steps = int(consensus_steps)
@@ -122,6 +129,19 @@ class EdgeDRM(DFedAvgM):
         #: stage-I heads at the entry client, on the post-consensus encoders; the saved encoders give
         #: the pre-consensus row) from the same run.
         self.stage1_head: dict[str, Tensor] | None = None
+
+    def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
+        """DFedAvgM's setup; the selector must have a fixed graph (stage II and referral route on it).
+
+        Raises:
+            ValueError: If the selector's partners change from round to round (no fixed graph).
+        """
+        super().setup(data, module, seed)
+        if self.graph is None:
+            raise ValueError(
+                f"algorithm.init_args.selector={type(self.selector).__name__} has no fixed graph: EdgeDRM's "
+                "stage II and referral route along one; use GraphNeighbours (or algorithm.init_args.topology)"
+            )
 
     def finish(self, ctx: FinishContext) -> dict[str, Tensor]:
         """Stage II (module docstring): returns ``ctx.params`` with the refitted heads."""
