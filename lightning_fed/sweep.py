@@ -54,20 +54,18 @@ is ``fmnist-spc5-dispfl-path``, for ``b = local`` it is ``fmnist-spc5-local``. I
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import signal
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Cell", "SweepRun", "expand", "plan", "run_sweep"]
+from lightning_fed.processes import PARENT_ENV, RunProcesses
+
+__all__ = ["PARENT_ENV", "Cell", "SweepRun", "expand", "plan", "run_sweep"]
 
 #: A grid: groups of ``{key: layer file}``, one key per group per run.
 Grid = Sequence[Mapping[str, str | Path]]
@@ -221,54 +219,6 @@ def plan(
     return [run(c, s) for s in seeds for c in cells]
 
 
-#: Environment variable telling a run process its sweep's pid (it then dies with the sweep).
-PARENT_ENV = "LIGHTNING_FED_PARENT_PID"
-
-
-class _Processes:
-    """The run processes in flight, each in its own process group, so the sweep can end them all."""
-
-    def __init__(self) -> None:
-        self.running: set[subprocess.Popen] = set()
-        self.lock = threading.Lock()
-        self.stopping = False
-
-    def run(self, args: Sequence[str], log_path: Path, threads: int) -> int:
-        """Run ``args`` (a ``lightning-fed`` command) to completion, output to ``log_path``."""
-        env = {**os.environ, PARENT_ENV: str(os.getpid())}
-        if "OMP_NUM_THREADS" not in os.environ:
-            # Each run gets its share of the cores: several 2-thread OpenMP processes on 2 cores wait
-            # on each other and run many times slower than the same runs one at a time.
-            env["OMP_NUM_THREADS"] = str(threads)
-        with open(log_path, "w") as log:
-            with self.lock:
-                if self.stopping:
-                    return -signal.SIGTERM
-                proc = subprocess.Popen(
-                    list(args), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-                )
-                self.running.add(proc)
-            try:
-                return proc.wait()
-            finally:
-                with self.lock:
-                    self.running.discard(proc)
-
-    def terminate(self, grace: float = 15.0) -> None:
-        """SIGTERM every running process group, then SIGKILL what is left after ``grace`` seconds."""
-        with self.lock:
-            self.stopping = True
-            procs = list(self.running)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for proc in procs:
-                if proc.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
-            deadline = time.monotonic() + grace
-            while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-                time.sleep(0.1)
-
-
 def _cli() -> list[str]:
     return [sys.executable, "-m", "lightning_fed.cli"]
 
@@ -381,7 +331,7 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
     pending = [r for r in runs if r.name not in done]
     threads = max(1, (os.cpu_count() or 1) // processes)
     scheduler = _Scheduler(runs, pending)
-    children = _Processes()
+    children = RunProcesses()
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(scheduler.fits) + len(scheduler.refers), desc="sweep", unit="task")

@@ -1,4 +1,4 @@
-"""One exchange path (architecture decision 9): send over the wire, validate, drop the rejected.
+"""One exchange path (docs/architecture.md, decision 9): send over the wire, validate, drop the rejected.
 
 Every method moves what crosses between centers through :func:`exchange`: the payload goes over the
 :class:`~lightning_fed.comm.wire.Wire` (encoded by its hook, bytes booked on the ledger, configured

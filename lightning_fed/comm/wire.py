@@ -1,4 +1,4 @@
-"""The wire: the only way anything crosses between centers (architecture decision 4).
+"""The wire: the only way anything crosses between centers (docs/architecture.md, decision 4).
 
 :meth:`Wire.send` encodes a payload with the configured :class:`CommHook`, records the encoded
 bytes of every message on the :class:`Ledger`, and returns what the receivers decode. With a
@@ -45,7 +45,7 @@ class Wire:
     download) or ``median_k ||r_k||`` (the server; :meth:`norms_and_reference`). Every method sends
     parameters (or codes / descriptors), never deltas, so the message and the reference are the
     same kind of vector and an honest ratio ``rho_e = ||r_e|| / ref_e`` is near 1, while a sender
-    that sends ``X`` times its honest message (``faults.corrupt: {round: {center: {scale: X}}}``)
+    that sends ``X`` times its honest message (``wire.faults.corrupt: {round: {center: {scale: X}}}``)
     has ratio ``X * rho_e``. ``T`` must therefore sit above every honest ratio and below ``10 *``
     the smallest one, so that a 10x attack is rejected. Measured by ``benchmarks/norm_spread.py``
     on the shipped configs (seed 0, 230 synthetic centers, 50 rounds, or 15 on Fashion-MNIST),

@@ -21,6 +21,11 @@ Keys added after configs were first fingerprinted (:data:`ADDED_LATER`) change t
 fingerprinted, except at the value that reproduces the behaviour from before they existed: there
 they are left out, so a config written before them (which resolves to that value) keeps its
 fingerprint and its run can still be resumed and re-tested.
+
+Keys that moved (:data:`MOVED`: the ``wire`` group's ``hook`` and ``faults`` were the top-level
+``comm`` and ``faults``) are fingerprinted under the name they had when fingerprints began, so a
+config keeps its fingerprint whichever spelling it uses, and runs written before the move can
+still be resumed and re-tested; a refusal names them by their new key.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ADDED_LATER", "SAFE_TO_CHANGE", "changed_keys", "config_fingerprint", "fingerprinted"]
+__all__ = [
+    "ADDED_LATER",
+    "MOVED",
+    "PLUGIN_ALIASES",
+    "SAFE_TO_CHANGE",
+    "changed_keys",
+    "config_fingerprint",
+    "fingerprinted",
+]
 
 #: Dotted keys (a trailing ``.*`` covers a whole group) that may differ between the config of a
 #: checkpoint and the config that resumes or re-tests it.
@@ -49,7 +62,60 @@ SAFE_TO_CHANGE = (
 ADDED_LATER: dict[str, Any] = {
     "trainer.lr_schedule": None,  # None: constant learning rate
     "trainer.reset_optimizer_each_round": False,
+    "algorithm.init_args.selector": None,  # None: a peer method's own partners (its topology, WPFed's LSH)
+    "algorithm.init_args.server_optimizer": None,  # None: the average (or the server_momentum alias)
 }
+
+
+#: Dotted key prefixes that moved -> the prefix they are fingerprinted under (their first name).
+MOVED = {"wire.hook": "comm", "wire.faults": "faults"}
+
+#: Plugins that replaced a float key, fingerprinted under that key: plugin group -> (float key, the
+#: plugin's one init arg, the class paths that mean it). ``server_optimizer: ServerMomentum(beta)``
+#: is fingerprinted as ``server_momentum: beta`` (its alias), so the shipped FedAvg-X / ABPS-X
+#: configs converted to the plugin keep their fingerprints and their earlier runs can be resumed.
+PLUGIN_ALIASES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "algorithm.init_args.server_optimizer": (
+        "algorithm.init_args.server_momentum",
+        "beta",
+        (
+            "lightning_fed.aggregation.ServerMomentum",
+            "lightning_fed.aggregation.server_optimizer.ServerMomentum",
+            "lightning_fed.aggregation.CenterServerMomentum",
+            "lightning_fed.aggregation.center_optimizer.CenterServerMomentum",
+        ),
+    ),
+}
+
+
+def _as_alias(flat: dict[str, Any]) -> dict[str, Any]:
+    """``flat`` with every :data:`PLUGIN_ALIASES` plugin spelled as its float key (when that key is
+    at its default 0 and the plugin sets nothing but its one argument)."""
+    for group, (alias, arg, paths) in PLUGIN_ALIASES.items():
+        keys = {k for k in flat if k.startswith(f"{group}.")}
+        value_key = f"{group}.init_args.{arg}"
+        plugin = flat.get(f"{group}.class_path") in paths and keys == {f"{group}.class_path", value_key}
+        if plugin and flat.get(alias, 0.0) == 0.0:
+            value = flat[value_key]
+            flat = {k: v for k, v in flat.items() if k not in keys}
+            flat[alias] = value
+    return flat
+
+
+def _first_name(key: str) -> str:
+    """``key`` under the name it had when fingerprints began (:data:`MOVED`)."""
+    for new, old in MOVED.items():
+        if key == new or key.startswith(f"{new}."):
+            return old + key[len(new) :]
+    return key
+
+
+def _current_name(key: str) -> str:
+    """The inverse of :func:`_first_name`: the name a refusal shows."""
+    for new, old in MOVED.items():
+        if key == old or key.startswith(f"{old}."):
+            return new + key[len(old) :]
+    return key
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -83,6 +149,7 @@ def fingerprinted(config: Mapping[str, Any]) -> dict[str, Any]:
     """
     flat: dict[str, Any] = {}
     _flatten({k: v for k, v in config.items() if k != "config"}, "", flat)
+    flat = _as_alias({_first_name(k): v for k, v in flat.items()})
     return {k: v for k, v in sorted(flat.items()) if not _safe(k) and not _as_before(k, v)}
 
 
@@ -96,10 +163,12 @@ def changed_keys(saved: Mapping[str, Any], config: Mapping[str, Any]) -> list[st
     """The fingerprinted keys whose values differ between ``saved`` (a :func:`fingerprinted` dict, as
     stored in a checkpoint) and ``config`` (a nested resolved config), in dotted form, sorted.
 
-    A key present on one side only counts as changed.
+    A key present on one side only counts as changed. Moved keys are named by their current key
+    (:data:`MOVED`).
     """
     now = fingerprinted(config)
-    return sorted(k for k in set(saved) | set(now) if saved.get(k, _MISSING) != now.get(k, _MISSING))
+    changed = (k for k in set(saved) | set(now) if saved.get(k, _MISSING) != now.get(k, _MISSING))
+    return sorted(_current_name(k) for k in changed)
 
 
 _MISSING = object()

@@ -15,6 +15,8 @@ import pytest
 from lightning_fed.callbacks import Callback
 from lightning_fed.cli import main
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 TINY = [
     "--data.class_path=lightning_fed.data.SyntheticICU",
     "--data.init_args.num_centers=8",

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from lightning_fed.cli import _gather_list, main
+from lightning_fed.cli import main
+from lightning_fed.commands.refer import _parser as refer_parser
+from lightning_fed.commands.refer import split_listed
 from lightning_fed.data import Digits
 from lightning_fed.data.describe import describe, shown_columns
+
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
 
 
 def test_data_help_exits_cleanly_and_describe_help_says_what_it_does(capsys: pytest.CaptureFixture) -> None:
@@ -58,7 +62,8 @@ def test_describe_a_table_names_its_descriptors(capsys: pytest.CaptureFixture) -
     ],
 )
 def test_refer_baselines_take_one_or_more_paths_in_every_form(argv: list[str]) -> None:
-    assert _gather_list(argv, "--baselines") == ["--eta=1", '--baselines=["a", "b"]']
+    args = refer_parser().parse_args(["--run-dir=run", *argv])
+    assert split_listed(args.baselines) == ["a", "b"] and args.eta == 1.0
 
 
 def test_refer_with_two_baselines_names_the_missing_one(

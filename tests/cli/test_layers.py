@@ -12,6 +12,8 @@ import yaml
 
 from lightning_fed.cli import main
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "configs" / "edgedrm_bench"
 FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")

@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lightning_fed.cli import _configs_first, _label, _run_dir, fit_parser, main
+from lightning_fed.cli import fit_parser, main
+from lightning_fed.commands.common import configs_first as _configs_first
+from lightning_fed.commands.fit import run_label as _label
 from lightning_fed.reporting import collect_runs, table1
+from lightning_fed.runfolder.session import run_folder_path as _run_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +85,7 @@ def test_wandb_sweep_runs_parse_name_and_report_as_their_configs(
     }
 
 
+@pytest.mark.cli
 def test_config_applies_before_options_whatever_their_order(tmp_path: Path) -> None:
     config = tmp_path / "mine.yaml"
     config.write_text("seed: 0\ntrainer: {rounds: 1}\ndata:\n  init_args: {num_centers: 6, num_stays: 900}\n")

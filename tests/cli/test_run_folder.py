@@ -24,6 +24,8 @@ from lightning_fed.cli import main
 from lightning_fed.runfolder import folder_state
 from lightning_fed.runfolder.state import State
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--data.class_path=lightning_fed.data.SyntheticICU",

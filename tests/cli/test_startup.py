@@ -14,6 +14,8 @@ from benchmarks.startup import PHASES, _phases
 from lightning_fed.cli import main
 from lightning_fed.startup import STARTUP_LOG_ENV, logger_enabled_hint, mark, startup_marks
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--data.class_path=lightning_fed.data.SyntheticICU",

@@ -247,6 +247,7 @@ def test_wire_validation_thresholds() -> None:
         Wire(max_norm_ratio=0.0)
 
 
+@pytest.mark.cli
 def test_cli_fit_with_faults_yaml(tmp_path: Path) -> None:
     from lightning_fed.cli import main
 

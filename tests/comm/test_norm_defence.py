@@ -121,7 +121,7 @@ def test_no_honest_payload_is_rejected(config: str) -> None:
     )
     cfg.callbacks = None
     init = parser.instantiate_classes(cfg)
-    wire = _RatioWire(hook=init.comm)
+    wire = _RatioWire(hook=init.wire.hook)
     fed = Federation(
         init.data.build(init.seed),
         init.model,
@@ -190,6 +190,7 @@ def test_scale_validation_names_the_field(kind: object, message: str) -> None:
         FaultInjection(corrupt={4: {2: kind}})
 
 
+@pytest.mark.cli
 def test_cli_fit_with_a_scale_attack(tmp_path: Path) -> None:
     """``--faults='{corrupt: {1: {0: {scale: 100}}}}'`` from the command line: one rejected upload,
     and the dumped config (``scale: 100.0``) parses back for ``test``."""

@@ -10,6 +10,8 @@ import pytest
 from lightning_fed.cli import main
 from lightning_fed.sweep import plan
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "--data.init_args.num_centers=6",
@@ -75,7 +77,7 @@ def test_a_failing_run_is_reported_and_the_sweep_exits_nonzero(tmp_path: Path) -
 
 
 def main_sweep(args: list[str]) -> dict[str, str]:
-    from lightning_fed.cli import sweep
+    from lightning_fed.commands.sweep import sweep
 
     return sweep(args)
 

@@ -1,0 +1,41 @@
+"""``lightning-fed test``: rebuild a finished run from its config and re-evaluate it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lightning_fed.commands.common import load_run
+from lightning_fed.processes import fail
+
+__all__ = ["test"]
+
+
+def test(argv: Sequence[str]) -> dict[str, Any]:
+    """``lightning-fed test --run-dir DIR``: rebuild the run from its config and re-evaluate."""
+    from jsonargparse import ArgumentParser
+
+    from lightning_fed.io import write_json
+    from lightning_fed.runfolder.session import RunFolder, RunFolderError
+
+    cli = ArgumentParser(prog="lightning-fed test", description="Re-evaluate a finished run directory.")
+    cli.add_argument(
+        "--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="a fit run folder"
+    )
+    args = cli.parse_args(list(argv))
+    run_dir = Path(args.run_dir)
+    federation = load_run(run_dir)
+
+    summary = federation.summary()
+    try:
+        with RunFolder.writer(run_dir, "--run-dir"):
+            write_json(run_dir / "test.json", summary)
+    except RunFolderError as err:
+        fail(str(err))
+    print(
+        f"test: {run_dir} | round {summary['rounds']} | test AUROC {summary['test_auroc_mean']:.4f} "
+        f"+/- {summary['test_auroc_std']:.4f} ({summary['test_auroc_undefined']} undefined) | "
+        f"pooled {summary['test_auroc_pooled']:.4f}"
+    )
+    return summary
