@@ -181,6 +181,7 @@ def test_old_summaries_have_no_diagnostics(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.cli
 def test_report_command_reference_option(root: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     main(["report", str(root), "--out", str(tmp_path / "out"), "--reference", "abps"])
     out = capsys.readouterr().out
