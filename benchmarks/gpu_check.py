@@ -180,7 +180,7 @@ def run_config(name: str, device: str, args: argparse.Namespace, *overrides: str
     key = f"{cfg.data} {init.seed}"
     if key not in _DATA:
         _DATA[key] = init.data.build(init.seed)
-    wire = Wire(hook=init.comm, faults=init.get("faults"))
+    wire = Wire(hook=init.wire.hook, faults=init.wire.faults)
     parts = (_DATA[key], init.model, init.algorithm, init.trainer, init.fabric, init.seed, wire)
     return run_federation(*parts, callbacks=init.callbacks or ())
 

@@ -53,7 +53,7 @@ def build_federation(config: str, rounds: int, wire_kwargs: dict[str, Any], over
     Args:
         config: Path of a shipped YAML config.
         rounds: At most this many rounds (``trainer.rounds`` = the config's, capped).
-        wire_kwargs: Keyword arguments of the :class:`Wire` (the config's ``comm`` hook and
+        wire_kwargs: Keyword arguments of the :class:`Wire` (the config's ``wire.hook`` and
             ``faults`` are added unless given); ``wire_cls`` picks a subclass.
         overrides: Further ``--key=value`` options.
     """
@@ -67,7 +67,7 @@ def build_federation(config: str, rounds: int, wire_kwargs: dict[str, Any], over
     cfg.trainer.rounds = min(cfg.trainer.rounds, rounds)
     cfg.callbacks = None
     init = (getattr(parser, "instantiate", None) or parser.instantiate_classes)(cfg)
-    kwargs = {"hook": init.comm, "faults": init.get("faults"), **wire_kwargs}
+    kwargs = {"hook": init.wire.hook, "faults": init.wire.faults, **wire_kwargs}
     wire = kwargs.pop("wire_cls", Wire)(**kwargs)
     data = init.data.build(init.seed)
     fabric = Fabric(accelerator="cpu", devices=1)

@@ -1,4 +1,4 @@
-"""One run seed drives every random draw (architecture decision 6).
+"""One run seed drives every random draw (docs/architecture.md, decision 6).
 
 Each draw site asks for a generator derived from ``(seed, purpose, *keys)`` (for example
 ``("batches", round, center)``), so draws never depend on call order or on global state, and

@@ -28,6 +28,8 @@ from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 PREFIX = "lightning-fed: error: "
 #: Deterministic (no example database, fixed derandomized search): CI sees the same examples.
 SETTINGS = settings(
@@ -171,7 +173,9 @@ def test_bad_nested_selector_setting_is_one_line() -> None:
             f"{SELECTOR}.kappa=0",
         ]
     )
-    assert "algorithm.kappa must be >= 1" in _assert_clean_error(code, stderr)
+    # The error names the key the user set (SELECTOR without the leading dashes) and the fix.
+    message = _assert_clean_error(code, stderr)
+    assert f"{SELECTOR.removeprefix('--')}.kappa must be >= 1" in message and "use e.g. 3" in message
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """Scale-out: the centers of one federation split across processes, GPUs and nodes (Fabric DDP).
 
-Design (architecture decision 8). Every rank builds the same seeded :class:`FederatedData` and the
+Design (docs/architecture.md, decision 8). Every rank builds the same seeded :class:`FederatedData` and the
 same algorithm state. Rank ``r`` trains only its contiguous shard of the centers with its own
 packed engine (:class:`ShardedEngine`); every draw of a center is keyed by its global id (batch
 order and per-center dropout streams), so a shard trains exactly as those centers do in one process.

@@ -2,9 +2,9 @@
 
 Trained with BCE on logits and Adam (lr 1e-3, weight decay 1e-5). :meth:`MortalityMLP.packed_forward`
 runs ``k`` centers at once with batched matrix multiplies (``baddbmm``), which measured faster on
-CPU than ``vmap`` over ``functional_call`` (PERFORMANCE_NOTES.md); dropout masks are drawn per center
-from the engine's per-center seeded streams, so centers get independent masks and a center's masks
-are the same whichever centers (or processes) it is packed with.
+CPU than ``vmap`` over ``functional_call`` (docs/architecture.md, Performance decisions); dropout
+masks are drawn per center from the engine's per-center seeded streams, so centers get independent
+masks and a center's masks are the same whichever centers (or processes) it is packed with.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "peers" / "flower_fedavg.py"
 HAS_FLWR = all(importlib.util.find_spec(name) is not None for name in ("flwr", "ray"))

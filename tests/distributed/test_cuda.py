@@ -25,6 +25,8 @@ from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
 from tests.distributed.ddp_run import run_all
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,6 +23,8 @@ from lightning.fabric import Fabric
 from lightning_fed.cli import main
 from tests.distributed.ddp_run import ROUNDS, SIZES, run_all
 
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

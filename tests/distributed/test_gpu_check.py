@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
+
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {
     "1": ["pytest tests/distributed/test_cuda.py"],
