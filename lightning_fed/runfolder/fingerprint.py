@@ -64,6 +64,7 @@ ADDED_LATER: dict[str, Any] = {
     "trainer.reset_optimizer_each_round": False,
     "algorithm.init_args.selector": None,  # None: a peer method's own partners (its topology, WPFed's LSH)
     "algorithm.init_args.server_optimizer": None,  # None: the average (or the server_momentum alias)
+    "data.init_args.partition.init_args.num_centers": None,  # None: the source's own center count
 }
 
 
