@@ -120,7 +120,7 @@ class Router(ABC):
         label: Its rows' ``router`` value in the referral table (default: :meth:`default_label`),
             free to change (``refer --routers``: ``init_args: {label: ...}``).
         key: Its rows' ``router_key`` value: the stable identity the report tables select and
-            order routers by (:mod:`lightning_fed.reporting.families`), unaffected by ``label``.
+            order routers by, unaffected by ``label`` (written as the ``router_key`` column).
             Default: :meth:`default_label`, the label the class gives itself, so an unrelabelled
             router's key equals its label (and the label of tables written before keys existed).
             Pass one only for a row the tables know under a name of its own (the stage-I and
