@@ -27,7 +27,7 @@ from typing import Any
 from lightning_fed.processes import die_with_sweep, fail, interrupt_code, signals_as_interrupts
 from lightning_fed.startup import STARTUP_LOG_ENV, mark
 
-__all__ = ["STARTUP_LOG_ENV", "fit_parser", "main"]
+__all__ = ["STARTUP_LOG_ENV", "data", "fit", "fit_parser", "main", "refer", "report", "sweep", "test"]
 
 
 USAGE = """usage: lightning-fed {fit,test,refer,data,sweep,report} [options]
@@ -68,6 +68,31 @@ def command(name: str) -> Callable[[Sequence[str]], Any]:
     """The function of command ``name`` (its module is imported now)."""
     module, function = COMMANDS[name]
     return getattr(import_module(f"lightning_fed.commands.{module}"), function)
+
+
+def _lazy(name: str) -> Callable[[Sequence[str]], Any]:
+    """A module-level ``name(argv)`` that imports its command module only when called.
+
+    Keeps ``from lightning_fed.cli import fit, refer`` (notebooks, scripts) working while
+    ``lightning-fed --help`` stays free of torch.
+    """
+
+    def run(argv: Sequence[str]) -> Any:
+        return command(name)(argv)
+
+    run.__name__ = run.__qualname__ = name
+    module, function = COMMANDS[name]
+    run.__doc__ = f"``lightning-fed {name}`` (:func:`lightning_fed.commands.{module}.{function}`)."
+    return run
+
+
+fit = _lazy("fit")
+test = _lazy("test")
+test.__test__ = False  # type: ignore[attr-defined]  # not a pytest test when imported
+refer = _lazy("refer")
+data = _lazy("data")
+sweep = _lazy("sweep")
+report = _lazy("report")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -143,6 +143,7 @@ def test_report_keys_of_the_parts() -> None:
     assert HospitalTiers(shortcut=True, small=4, medium=2, large=2).report_key() == "Tiers-shortcut 4/2/2"
 
 
+@pytest.mark.cli
 def test_setting_module_is_import_light() -> None:
     code = "import sys, lightning_fed.setting; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

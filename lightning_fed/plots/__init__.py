@@ -8,8 +8,9 @@ import them without a cycle (docs/architecture.md, the layers). Submodules:
 - :mod:`~lightning_fed.plots.canvas`: the Agg figure and the atomic PNG write;
 - :mod:`~lightning_fed.plots.referral`: referral gain, tier shares, the routing picture.
 
-The report's Pareto, isolation, ABPS and lambda figures are still drawn in :mod:`lightning_fed.reporting.plots`,
-:mod:`~lightning_fed.reporting.abps_plots` and :mod:`~lightning_fed.reporting.lambda_table` (their move here is open).
+The report's Pareto, isolation, ABPS and lambda figures are still drawn in
+:mod:`lightning_fed.reporting.plots`, :mod:`~lightning_fed.reporting.abps_plots` and
+:mod:`~lightning_fed.reporting.lambda_table` (their move here is open).
 
 Import the submodule you need (this package imports none of them, so importing it loads no matplotlib).
 """
