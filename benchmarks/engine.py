@@ -6,7 +6,11 @@ training rows, MortalityMLP 60 -> 128 -> 64 -> 1, Adam, batch 128, 2 local epoch
 * packed      ``PackedEngine.train_round`` (all centers at once, prefix schedule);
 * sequential  ``SequentialEngine.train_round`` (a loop over centers with torch.optim.Adam);
 * trainer     one ``lightning.pytorch.Trainer.fit`` per center per round (what most Lightning
-              integrations do), timed over every center for one round.
+              integrations do), timed over every center for one round;
+* user        ``PackedEngine.train_round`` of a user's own LightningModule of the same widths with
+              LayerNorm (``benchmarks/user_model.py``), through the generic path: its
+              ``training_step`` under ``torch.vmap(functional_call)`` (issue 28 target: <= 1.5x the
+              built-in packed round).
 
 Packed and sequential rounds alternate (round r of one, then of the other), so a change in machine
 load hits both alike; each is the median of ``--rounds`` rounds after one warm-up round. The
@@ -250,9 +254,15 @@ def main() -> None:
         f"{padded / rows:.2f}x the rows, padding short batches)"
     )
     probes = matmul_probes(widths, data.num_centers, 128)
-    engines = {"packed": PackedEngine(), "sequential": SequentialEngine()}
-    for engine in engines.values():
-        engine.setup(module, train, batch_size=128, epochs=2, seed=0)
+    from lightning_fed.models.adapter import LightningAdapter
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from user_model import LayerNormMLP
+
+    engines = {"packed": PackedEngine(), "sequential": SequentialEngine(), "user": PackedEngine()}
+    user = LightningAdapter(LayerNormMLP(in_features=data.num_features))
+    for name, engine in engines.items():
+        engine.setup(user if name == "user" else module, train, batch_size=128, epochs=2, seed=0)
         engine.train_round(0)  # warm-up (allocations, first-call overheads)
     times = _time_rounds(probes, engines, args.rounds)
 
@@ -291,6 +301,12 @@ def main() -> None:
         s[1] / p[1] for s, p in zip(times["sequential"], times["packed"], strict=True)
     )
     print(f"ratio sequential / packed = {ratio:.1f}x (target >= 5x; in CPU seconds {ratio_cpu:.1f}x)")
+    user_ratio = statistics.median(u[0] / p[0] for u, p in zip(times["user"], times["packed"], strict=True))
+    print(
+        f"user        {med('user'):8.3f} s/round (CPU {med('user', True):.3f} s; LayerNorm MLP, "
+        f"{engines['user'].training_path}) [{_load()}]"
+    )
+    print(f"ratio user / packed       = {user_ratio:.2f}x (target <= 1.5x)")
     if not args.no_trainer:
         # One packed round just before and one just after, so the ratio is taken side by side.
         around = [_timed(lambda: engines["packed"].train_round(args.rounds + 1))]

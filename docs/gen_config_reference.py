@@ -90,8 +90,14 @@ def _table(actions: list[argparse.Action], strip: str = "") -> list[str]:
 
 def _base(action: argparse.Action) -> type | None:
     """The plugin base class of a ``class_path`` argument (``Engine`` of ``Engine | None``), or None."""
+    import lightning as L
+
+    from lightning_fed.models import CenterModule
+
     hint = getattr(action, "_typehint", None)
     for candidate in (hint, *get_args(hint), *(a for h in get_args(hint) for a in get_args(h))):
+        if candidate is L.LightningModule:  # ``model`` takes any LightningModule: list the shipped ones
+            candidate = CenterModule
         if (
             inspect.isclass(candidate)
             and candidate.__module__.startswith("lightning_fed.")

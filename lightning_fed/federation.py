@@ -80,6 +80,7 @@ from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
 from lightning_fed.metrics import batched_auroc, fragile_auroc, round_isolation, run_isolation, summarize
+from lightning_fed.models.adapter import as_center_module
 from lightning_fed.models.base import CenterModule
 from lightning_fed.precision import PrecisionPolicy, policy_of
 from lightning_fed.seeding import derive_seed
@@ -113,7 +114,7 @@ class Federation:
         seed: int = 0,
         wire: Wire | None = None,
     ) -> None:
-        self.data, self.module, self.algorithm = data, module, algorithm
+        self.data, self.module, self.algorithm = data, as_center_module(module), algorithm
         self.trainer = trainer if trainer is not None else TrainerConfig()
         self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)
         #: What Fabric's precision applies (parameter dtype, autocast): the one source of truth.
@@ -371,6 +372,7 @@ class Federation:
             stats=stats,
             val_accuracy=None if val is None else val.accuracy,
             test_accuracy=None if test is None else test.accuracy,
+            train_logged={n: v.cpu()[self.assignment] for n, v in (self.engine.last_logged or {}).items()},
         )
 
     def _fault_stats(self, r: int) -> dict[str, float]:
@@ -401,6 +403,7 @@ class Federation:
             "round": result.round,
             **auroc,
             "train_loss_mean": float(result.train_loss.nanmean()),
+            **{f"train/{n}": float(v.nanmean()) for n, v in result.train_logged.items()},
             "bytes_round": result.bytes_round,
             "mb_cumulative": result.bytes_cumulative / 1e6,
             **accuracy,

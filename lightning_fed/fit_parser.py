@@ -158,9 +158,26 @@ class FitParser(ArgumentParser):
             fail(str(err))
 
 
+def cwd_importable() -> None:
+    """Put the working directory at the front of ``sys.path`` (once) so config class paths resolve there."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def fit_parser() -> Any:
-    """The jsonargparse parser of ``fit`` (imports the package's plugin base classes)."""
+    """The jsonargparse parser of ``fit`` (imports the package's plugin base classes).
+
+    The working directory is put on ``sys.path`` first, so ``class_path: mymodels.Net`` finds
+    ``./mymodels.py`` as Lightning's own CLI users expect (no ``PYTHONPATH=.``).
+    """
+    import lightning as L
     from jsonargparse import ActionConfigFile, lazy_instance
+
+    cwd_importable()
 
     from lightning_fed.algorithms import Algorithm, FedAvg
     from lightning_fed.callbacks import Callback
@@ -168,14 +185,17 @@ def fit_parser() -> Any:
     from lightning_fed.comm.wire import MAX_NORM_RATIO
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
-    from lightning_fed.models import CenterModule, MortalityMLP
+    from lightning_fed.models import MortalityMLP
     from lightning_fed.types import TrainerConfig
 
     parser = FitParser(prog="lightning-fed fit", description="Train a federation.", exit_on_error=True)
     parser.add_argument("--config", action=ActionConfigFile, help="YAML config file")
     parser.add_argument("--seed", type=int, default=0, help="run seed: every random draw derives from it")
     parser.add_subclass_arguments(DataSource, "data", default=lazy_instance(SyntheticICU), required=False)
-    parser.add_subclass_arguments(CenterModule, "model", default=lazy_instance(MortalityMLP), required=False)
+    # Any LightningModule: a plain one is wrapped (lightning_fed.models.adapter) by the federation.
+    parser.add_subclass_arguments(
+        L.LightningModule, "model", default=lazy_instance(MortalityMLP), required=False
+    )
     parser.add_subclass_arguments(Algorithm, "algorithm", default=lazy_instance(FedAvg), required=False)
     parser.add_class_arguments(TrainerConfig, "trainer")
     parser.add_class_arguments(FabricConfig, "fabric")

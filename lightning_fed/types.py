@@ -105,6 +105,9 @@ class RoundResult:
             evaluated this round).
         test_accuracy: Test accuracy per center ``[C]`` (None when not computed or not evaluated
             this round).
+        train_logged: What the model's own ``training_step`` logged with ``self.log``: per name,
+            each center's row-weighted mean over the round's steps ``[C]``
+            (:mod:`lightning_fed.engine.training_step`); empty when it logs nothing.
     """
 
     round: int
@@ -118,6 +121,7 @@ class RoundResult:
     stats: dict[str, float] = field(default_factory=dict)
     val_accuracy: Tensor | None = None
     test_accuracy: Tensor | None = None
+    train_logged: dict[str, Tensor] = field(default_factory=dict)
 
 
 class TrainerConfig:

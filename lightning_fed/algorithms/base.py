@@ -44,12 +44,7 @@ class Algorithm(ABC):
         """Called once before training: remember sizes and which parameters are shared."""
         self.num_centers = data.num_centers
         self.n_train = data.n_train
-        try:
-            personal = (
-                set(module.head_parameter_names(self.personal_layers)) if self.personal_layers else set()
-            )
-        except ValueError as err:
-            raise ValueError(f"algorithm.personal_layers={self.personal_layers}: {err}") from err
+        personal = set(head_names(module, self.personal_layers)) if self.personal_layers else set()
         self.shared_names = tuple(n for n, _ in module.named_parameters() if n not in personal)
         if not self.shared_names:
             raise ValueError(
@@ -114,3 +109,26 @@ class Algorithm(ABC):
     def shared(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         """The subset of ``params`` that crosses the wire."""
         return {n: params[n] for n in self.shared_names}
+
+
+def head_names(module: CenterModule, layers: int) -> tuple[str, ...]:
+    """``module.head_parameter_names(layers)``, checked: a tuple of the module's parameter names.
+
+    Raises:
+        ValueError: One line naming ``algorithm.personal_layers`` and the method to implement, when
+            the module does not implement it, returns something else, or names unknown parameters.
+    """
+    where = f"algorithm.personal_layers={layers}"
+    try:
+        names = module.head_parameter_names(layers)
+    except (ValueError, NotImplementedError) as err:
+        raise ValueError(f"{where}: {err}") from None
+    method = f"{type(module).__name__}.head_parameter_names({layers})"
+    if isinstance(names, str) or not isinstance(names, list | tuple | set | frozenset):
+        raise ValueError(
+            f"{where}: {method} must return a tuple of parameter names, got {type(names).__name__}"
+        )
+    unknown = sorted(set(names) - {n for n, _ in module.named_parameters()})
+    if unknown:
+        raise ValueError(f"{where}: {method} names parameters the model does not have: {unknown[:3]}")
+    return tuple(names)

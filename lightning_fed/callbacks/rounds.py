@@ -23,7 +23,9 @@ class RoundsWriter(Callback):
     Under DDP every rank collects the rows (they are identical) and only rank 0 writes the file.
 
     Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges
-    touching the center), plus the round's algorithm statistics (same value for every center).
+    touching the center), ``train/<name>`` for each value the model's own ``training_step`` logs
+    (the center's row-weighted round mean), plus the round's algorithm statistics (same value for
+    every center).
     ``val_auroc`` / ``test_auroc`` are NaN where a center's AUROC is undefined (one class in its
     split) and null on the rounds that did not evaluate that split (``trainer.eval_every > 1``:
     test at rounds ``k - 1, 2k - 1, ...`` and the last; see :mod:`lightning_fed.federation`).
@@ -50,6 +52,7 @@ class RoundsWriter(Callback):
             "val_auroc": _per_center(result.val_auroc, c),
             "test_auroc": _per_center(result.test_auroc, c),
             "bytes": result.bytes_per_center.numpy(),
+            **{f"train/{n}": v.double().numpy() for n, v in result.train_logged.items()},
         }
         columns.update({k: [float(v)] * c for k, v in result.stats.items()})
         self.frames.append(pl.DataFrame(columns))

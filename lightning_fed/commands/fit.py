@@ -161,6 +161,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         f"lightning-fed: {type(init.algorithm).__name__} on {federation.data.num_centers} centers, "
         f"{init.trainer.rounds} rounds -> {run_dir}"
     )
+    say(f"lightning-fed: training path: {federation.engine.training_path}")
     summary = federation.fit()
     summary.update(
         method=type(init.algorithm).__name__,

@@ -80,6 +80,9 @@ class ShardedEngine(Engine):
             reset_optimizer_each_round=self.reset_optimizer_each_round,
             augment=self.augment,
         )
+        self.training_path = (
+            f"{self.inner.training_path} (a shard per process, {self.fabric.world_size} processes)"
+        )
         local = self.inner.get_params()
         self.names = list(local)
         self.shapes = {n: t.shape[1:] for n, t in local.items()}
@@ -112,12 +115,23 @@ class ShardedEngine(Engine):
         flat = self._flatten(self.inner.get_params())
         diverged = getattr(self.inner, "last_diverged", None)
         flags = torch.zeros(rows, dtype=torch.bool) if diverged is None else diverged
-        extra = [loss.view(self.dtype).reshape(rows, -1), flags.to(flat.device, self.dtype).reshape(rows, 1)]
+        # What a module's own training_step logged: the same names on every rank (the inner engine
+        # fixes them from its first call), float64 bit-cast like the losses.
+        logged = self.inner.last_logged or {}
+        names = sorted(logged)
+        values = [
+            logged[n].to(flat.device, torch.float64).contiguous().view(self.dtype).reshape(rows, -1)
+            for n in names
+        ]
+        extra = [loss.view(self.dtype).reshape(rows, -1), *values]
+        extra.append(flags.to(flat.device, self.dtype).reshape(rows, 1))
         width = flat.shape[1]
         full = self._gather(torch.cat([flat, *extra], 1))
         self._full = self._unflatten(full[:, :width])
         self.last_diverged = full[:, -1].cpu() != 0
-        return full[:, width:-1].contiguous().view(torch.float64).reshape(-1)
+        columns = full[:, width:-1].contiguous().view(torch.float64).reshape(full.shape[0], -1).cpu()
+        self.last_logged = {n: columns[:, 1 + i] for i, n in enumerate(names)} if names else None
+        return columns[:, 0].contiguous().to(full.device)
 
     @torch.no_grad()
     def predict(self, params: dict[str, Tensor], x: Tensor, chunk: int = 64) -> Tensor:

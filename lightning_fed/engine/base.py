@@ -28,6 +28,7 @@ from torch import Tensor
 
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.engine.objective import LocalTerm
+from lightning_fed.engine.training_step import overrides_training_step
 from lightning_fed.models.base import CenterModule, RowStreams
 
 if TYPE_CHECKING:
@@ -52,6 +53,11 @@ class Engine(ABC):
     mask: dict[str, Tensor] | None = None
     #: Train-time batch augmentation (:mod:`lightning_fed.data.augment`); None: batches as stored.
     augment: Augment | None = None
+    #: How local training computes the loss and its gradient, in words (``fit`` prints it).
+    training_path: str = ""
+    #: ``{name: [C]}``: each model's round mean of what its ``training_step`` logged in the last
+    #: round (:mod:`lightning_fed.engine.training_step`); None when the module logs nothing.
+    last_logged: dict[str, Tensor] | None = None
 
     def setup(
         self,
@@ -105,6 +111,18 @@ class Engine(ABC):
             raise ValueError(
                 f"model: {type(module).__name__} has no forward_features(x) -> (logits, representation); "
                 f"{type(local_term).__name__} needs the model's representation (use a model that has one)"
+            )
+        inner = getattr(module, "module", None) if overrides_training_step(module) else None
+        if not all(getattr(m, "automatic_optimization", True) for m in (module, inner) if m is not None):
+            raise ValueError(
+                f"model: {type(inner or module).__name__} sets automatic_optimization = False; federated "
+                "training steps the optimizer itself: return the loss from training_step instead"
+            )
+        if local_term is not None and local_term.needs_features and overrides_training_step(module):
+            raise ValueError(
+                f"model: {type(module).__name__} has its own training_step, and {type(local_term).__name__} "
+                "adds a term on the representation of the same forward pass, which a training_step does "
+                "not expose; use the built-in loss (remove training_step) or another algorithm"
             )
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
         self.local_steps = None if steps is None else int(steps)

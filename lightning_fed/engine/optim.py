@@ -7,7 +7,8 @@ at a time, and each keeps its own step count, so a center with fewer batches nei
 advances its bias correction: the packed update equals ``torch.optim.Adam`` / ``SGD`` run per center
 (checked in float64 by the engine-equivalence tests).
 
-Adam (Kingma & Ba 2015, torch's L2 ``weight_decay``), per center with step count ``t``:
+Adam (Kingma & Ba 2015, torch's L2 ``weight_decay``; AdamW instead first decays ``p <- p (1 - lr wd)``),
+per center with step count ``t``:
     g <- g + wd * p;  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 SGD with momentum mu, dampening d (torch semantics, buffer = g on a center's first step):
@@ -17,12 +18,20 @@ SGD with momentum mu, dampening d (torch semantics, buffer = g on a center's fir
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["StackedAdam", "StackedOptimizer", "StackedSGD", "stacked_optimizer_for"]
+__all__ = [
+    "SchedulerConfig",
+    "StackedAdam",
+    "StackedOptimizer",
+    "StackedSGD",
+    "optimizer_and_scheduler",
+    "stacked_optimizer_for",
+]
 
 
 def _per_center(vec: Tensor, like: Tensor) -> Tensor:
@@ -59,9 +68,14 @@ class StackedOptimizer(ABC):
 
 
 class StackedAdam(StackedOptimizer):
-    """Adam with torch's semantics (L2 weight decay, no amsgrad) on stacked tensors."""
+    """Adam with torch's semantics (no amsgrad) on stacked tensors; L2 weight decay (``Adam``) or
+    decoupled weight decay ``p <- p (1 - lr wd)`` before the update (``AdamW``, Loshchilov & Hutter 2019).
+    """
 
-    def __init__(self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    def __init__(
+        self, lr: float, betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool = False
+    ) -> None:
+        self.decoupled = bool(decoupled)
         self.lr, self.eps, self.weight_decay = float(lr), float(eps), float(weight_decay)
         self.beta1, self.beta2 = (float(b) for b in betas)
         self._buffers: dict[str, Tensor] = {}
@@ -93,7 +107,9 @@ class StackedAdam(StackedOptimizer):
         for name, g in grads.items():
             p = params[name][:k]
             m, v = state[f"exp_avg.{name}"][:k], state[f"exp_avg_sq.{name}"][:k]
-            if self.weight_decay:
+            if self.weight_decay and self.decoupled:
+                p.mul_(1.0 - self.lr * self.weight_decay)
+            elif self.weight_decay:
                 g.add_(p, alpha=self.weight_decay)
             m.lerp_(g, 1.0 - self.beta1)
             v.mul_(self.beta2).addcmul_(g, g, value=1.0 - self.beta2)
@@ -145,10 +161,88 @@ class StackedSGD(StackedOptimizer):
             p.sub_(g, alpha=self.lr)
 
 
-def _only_optimizer(configured: Any) -> torch.optim.Optimizer:
-    """The single optimizer out of whatever ``configure_optimizers`` returned."""
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """The learning-rate scheduler ``configure_optimizers`` returned, in Lightning's terms.
+
+    Attributes:
+        scheduler: The ``torch.optim.lr_scheduler`` object (bound to the returned optimizer).
+        interval: ``"epoch"`` (step it after each local epoch of the center) or ``"step"`` (after
+            each optimizer step).
+        frequency: Step it every ``frequency`` intervals.
+    """
+
+    scheduler: Any
+    interval: str = "epoch"
+    frequency: int = 1
+
+
+def optimizer_and_scheduler(configured: Any) -> tuple[torch.optim.Optimizer, SchedulerConfig | None]:
+    """The optimizer and (optional) scheduler of whatever ``configure_optimizers`` returned.
+
+    Accepts Lightning's single-optimizer forms: an optimizer; ``[optimizer]``; ``([optimizer],
+    [scheduler])``; ``{"optimizer": ..., "lr_scheduler": scheduler or {"scheduler": ...,
+    "interval": "epoch" | "step", "frequency": n}}``.
+
+    Raises:
+        TypeError: One line naming the unsupported piece (several optimizers, a scheduler that
+            needs a ``monitor`` metric such as ``ReduceLROnPlateau``, an unknown interval).
+    """
+    scheduler: Any = None
+    if (
+        isinstance(configured, tuple | list)
+        and len(configured) == 2
+        and isinstance(configured[0], list | tuple)
+    ):
+        optimizers, schedulers = configured
+        if len(schedulers) > 1:
+            raise TypeError("configure_optimizers: one lr scheduler per center is supported, got several")
+        configured, scheduler = optimizers, (schedulers[0] if schedulers else None)
     if isinstance(configured, dict):
+        scheduler = configured.get("lr_scheduler")
         configured = configured.get("optimizer")
+    optimizer = _only_optimizer(configured)
+    if scheduler is None:
+        return optimizer, None
+    settings = dict(scheduler) if isinstance(scheduler, dict) else {"scheduler": scheduler}
+    unknown = sorted(set(settings) - {"scheduler", "interval", "frequency", "name", "strict", "monitor"})
+    if unknown:
+        raise TypeError(f"configure_optimizers: lr_scheduler keys {unknown} are not supported")
+    sched = settings["scheduler"]
+    if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau) or settings.get("monitor"):
+        raise TypeError(
+            "configure_optimizers: a scheduler driven by a monitored metric (ReduceLROnPlateau) is not "
+            "supported in federated training; use a schedule of the step or epoch count"
+        )
+    interval = settings.get("interval", "epoch")
+    if interval not in ("epoch", "step"):
+        raise TypeError(
+            f"configure_optimizers: lr_scheduler interval must be 'epoch' or 'step', got {interval!r}"
+        )
+    frequency = int(settings.get("frequency", 1))
+    if frequency < 1:
+        raise TypeError(f"configure_optimizers: lr_scheduler frequency must be >= 1, got {frequency}")
+    return optimizer, SchedulerConfig(sched, interval, frequency)
+
+
+def _only_optimizer(configured: Any) -> torch.optim.Optimizer:
+    """The single optimizer out of whatever ``configure_optimizers`` returned (no scheduler)."""
+    if isinstance(configured, dict):
+        if configured.get("lr_scheduler") is not None:
+            raise TypeError(
+                "configure_optimizers returned an lr_scheduler, which the packed engine does not run: use "
+                "--trainer.engine=lightning_fed.engine.SequentialEngine (which steps it per center as "
+                "Lightning does) or the round schedule trainer.lr_schedule"
+            )
+        configured = configured.get("optimizer")
+    if (
+        isinstance(configured, list | tuple)
+        and len(configured) == 2
+        and isinstance(configured[0], list | tuple)
+    ):
+        if configured[1]:
+            return _only_optimizer({"optimizer": configured[0], "lr_scheduler": configured[1]})
+        configured = configured[0]
     if isinstance(configured, list | tuple) and len(configured) == 1:
         configured = configured[0]
     if not isinstance(configured, torch.optim.Optimizer):
@@ -171,10 +265,16 @@ def stacked_optimizer_for(configured: Any) -> StackedOptimizer:
     opt = _only_optimizer(configured)
     group = opt.param_groups[0]
     # Exact type checks: subclasses (AdamW, ...) have other update rules.
-    if type(opt) is torch.optim.Adam:
+    if type(opt) in (torch.optim.Adam, torch.optim.AdamW):
+        name = type(opt).__name__
         if group.get("amsgrad") or group.get("maximize"):
-            raise TypeError("the packed engine's Adam supports neither amsgrad nor maximize")
-        return StackedAdam(group["lr"], group["betas"], group["eps"], group["weight_decay"])
+            raise TypeError(f"the packed engine's {name} supports neither amsgrad nor maximize")
+        if type(opt) is torch.optim.Adam and group.get("decoupled_weight_decay"):
+            raise TypeError("the packed engine's Adam does not support decoupled_weight_decay: use AdamW")
+        decoupled = type(opt) is torch.optim.AdamW
+        return StackedAdam(
+            group["lr"], group["betas"], group["eps"], group["weight_decay"], decoupled=decoupled
+        )
     if type(opt) is torch.optim.SGD:
         if group.get("maximize"):
             raise TypeError("the packed engine's SGD does not support maximize")
@@ -182,6 +282,6 @@ def stacked_optimizer_for(configured: Any) -> StackedOptimizer:
             group["lr"], group["momentum"], group["dampening"], group["nesterov"], group["weight_decay"]
         )
     raise TypeError(
-        f"the packed engine supports torch.optim.Adam and SGD, not {type(opt).__name__}: "
+        f"the packed engine supports torch.optim.Adam, AdamW and SGD, not {type(opt).__name__}: "
         "use --trainer.engine=lightning_fed.engine.SequentialEngine"
     )

@@ -63,6 +63,7 @@ from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_featu
 from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
+from lightning_fed.engine.training_step import RoundLogs, TrainingStep, model_name, overrides_training_step
 from lightning_fed.seeding import derive_seed, torch_generator
 
 __all__ = ["CenterStreams", "PackedEngine"]
@@ -262,9 +263,20 @@ class PackedEngine(Engine):
         self._words_per_step: int | None = None
         self._words: Tensor | None = None
         self._steps_list = self.steps.tolist()
+        # A module's own training_step is its loss (engine/training_step.py): run through vmap, or
+        # center by center where vmap cannot run it (learnt once here, outside any round's draws).
+        self._step_module = TrainingStep(self.module) if overrides_training_step(self.module) else None
+        #: Batches per local epoch of each center (sorted order): ``batch_idx`` is step mod this.
+        self._per_epoch = torch.clamp(-(-self.sizes // self.batch_size), min=1)
+        #: Why vmap cannot run the module's training_step (None: it can), and the names it logs.
+        self._unvmappable: str | None = None
+        self.logged_names: tuple[str, ...] = ()
+        if self._step_module is not None:
+            self._probe_training_step(train)
         # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
         self.fast_path = (
             self.module.has_packed_loss_grad
+            and self._step_module is None
             and not self.autocast_enabled
             and self.local_term is None
             and not self.module.has_penalty
@@ -272,11 +284,112 @@ class PackedEngine(Engine):
         self._pass_workspace = (
             self.fast_path and "workspace" in inspect.signature(self.module.packed_loss_grad).parameters
         )
+        self.training_path = self._describe_path()
         #: Round-start snapshot buffers, reused every round (fresh buffers cost page faults).
         self._saved: tuple[Tensor, dict[str, Tensor]] | None = None
         #: Bool ``[C, D]`` (sorted order), True where a parameter is masked out; None: no mask.
         self._masked_out: Tensor | None = None
         self.mask = None
+
+    def _describe_path(self) -> str:
+        """The training path in words: fast hand gradients, vmap, or a per-center loop (and why)."""
+        name = model_name(self.module)
+        if self._step_module is not None:
+            if self._unvmappable is None:
+                return f"packed vmap: {name}.training_step under torch.vmap(functional_call)"
+            return (
+                f"packed loop: {name}.training_step center by center (vmap cannot run it: "
+                f"{self._unvmappable}); same loss and updates, slower"
+            )
+        if self.fast_path:
+            return f"packed fast: {name}.packed_loss_grad (hand-derived gradients)"
+        forward = "packed_forward" if self.module.has_packed_forward else "torch.vmap(functional_call)"
+        reasons = [
+            why
+            for why, on in (
+                ("a local term", self.local_term is not None),
+                ("a model penalty", self.module.has_penalty),
+                ("autocast", self.autocast_enabled),
+            )
+            if on
+        ]
+        why = f" (for {', '.join(reasons)})" if reasons and self.module.has_packed_loss_grad else ""
+        return f"packed autograd: {name}.loss_rows over {forward}{why}"
+
+    def _probe_training_step(self, train: Sequence[TrainSet]) -> None:
+        """Learn whether ``torch.vmap`` can run the module's ``training_step`` and what it logs.
+
+        Tried once on the first rows of the first center (random state forked, so the probe draws
+        nothing from any round's streams). A vmap failure is recorded in ``_unvmappable``, not
+        raised: the engine then runs each center's step on its own (:meth:`_step_losses`); a
+        failure of that too is the module's own error and is raised.
+        """
+        x, y = train[int(self.order[0])]
+        n = max(1, min(len(y), self.batch_size))
+        params = {
+            name: p.detach().unsqueeze(0).expand(2, *p.shape) for name, p in self.module.named_parameters()
+        }
+        xb = torch.stack([x[:n], x[:n]]).to(self.device, next(iter(params.values())).dtype)
+        yb = torch.stack([y[:n], y[:n]]).to(self.device, xb.dtype)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            try:
+                _, logged = self._vmapped_step(params, xb, yb, 0)
+            except TypeError:  # a wrong return value: the user's error, raised as it is
+                raise
+            except Exception as err:  # vmap's limits (data-dependent control flow, in-place buffers)
+                self._unvmappable = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
+                _, logged = self._looped_step(params, xb, yb, 0)
+        self.logged_names = tuple(sorted(logged))
+
+    def _vmapped_step(
+        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, batch_idx: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """``training_step`` of ``g`` stacked centers on their batches ``[g, n, ...]``: losses ``[g]``."""
+
+        def one(p: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+            named = {f"m.{n}": t for n, t in p.items()}
+            return torch.func.functional_call(self._step_module, named, ((x, y), batch_idx))
+
+        return torch.vmap(one, randomness="different")(params, xb, yb)
+
+    def _looped_step(
+        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, batch_idx: int
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """:meth:`_vmapped_step` one center at a time (for a ``training_step`` vmap cannot run)."""
+        outs = [
+            torch.func.functional_call(
+                self._step_module, {f"m.{n}": t[i] for n, t in params.items()}, ((xb[i], yb[i]), batch_idx)
+            )
+            for i in range(xb.shape[0])
+        ]
+        logged = {name: torch.stack([out[1][name] for out in outs]) for name in outs[0][1]}
+        return torch.stack([out[0] for out in outs]), logged
+
+    def _step_losses(
+        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, mask: Tensor, s: int, logs: RoundLogs
+    ) -> Tensor:
+        """Per-center losses ``[k]`` of step ``s`` from the module's ``training_step``.
+
+        Centers are grouped by (real rows, ``batch_idx``) so each call sees only real rows (padding
+        is a suffix of a center's batch) and its own index within the epoch; every group is one
+        vmapped call (or a loop, see :meth:`_probe_training_step`).
+        """
+        k = xb.shape[0]
+        rows = mask.sum(1).to(torch.int64).cpu()
+        batch_idx = s % self._per_epoch[:k]
+        key = batch_idx * (self.batch_size + 1) + rows
+        step = self._looped_step if self._unvmappable is not None else self._vmapped_step
+        per_center = xb.new_zeros(k, dtype=yb.dtype)
+        for value in torch.unique(key).tolist():
+            members = torch.nonzero(key == value).flatten()
+            n, b = int(rows[members[0]]), int(batch_idx[members[0]])
+            at = members.to(self.device)
+            group = {name: t.index_select(0, at) for name, t in params.items()}
+            loss, logged = step(group, xb.index_select(0, at)[:, :n], yb.index_select(0, at)[:, :n], b)
+            per_center = per_center.index_copy(0, at, loss.to(per_center.dtype))
+            logs.add(self.order[members], logged, rows[members])
+        return per_center
 
     def _views(self, flat: Tensor) -> dict[str, Tensor]:
         """Named parameter views ``[k, *shape]`` into a ``[k, D]`` buffer."""
@@ -337,6 +450,7 @@ class PackedEngine(Engine):
                 self._steps_list, self._words_per_step, threads=threads, out=self._words
             )
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
+        logs = RoundLogs(self.num_models, self.logged_names)
         extra = {"workspace": self._workspace} if self._pass_workspace else {}
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, "dropout-vmap", round_idx))
@@ -358,7 +472,7 @@ class PackedEngine(Engine):
                         **extra,
                     )
                 else:
-                    per_center, grad = self._autograd_step(k, xb, yb, mask, gen, before[0])
+                    per_center, grad = self._autograd_step(k, xb, yb, mask, gen, before[0], s, logs)
                 if self._masked_out is not None:
                     # p = 0, state = 0 and g = 0 outside the mask: Adam/SGD (and L2 decay) move nothing there.
                     grad.masked_fill_(self._masked_out[:k], 0.0)
@@ -368,6 +482,7 @@ class PackedEngine(Engine):
                     self._words_per_step = gen.consumed
                 gen.next_step()
         loss = loss_sum / self.steps.to(loss_sum)
+        self.last_logged = logs.means() if self._step_module is not None else None
         self._contain(loss, *before)
         return loss.index_select(0, self.inverse.to(self.device))
 
@@ -396,9 +511,18 @@ class PackedEngine(Engine):
         self.last_diverged = bad.index_select(0, self.inverse.to(self.device)).cpu()
 
     def _autograd_step(
-        self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, gen: CenterStreams, start: Tensor
+        self,
+        k: int,
+        xb: Tensor,
+        yb: Tensor,
+        mask: Tensor,
+        gen: CenterStreams,
+        start: Tensor,
+        s: int,
+        logs: RoundLogs,
     ) -> tuple[Tensor, Tensor]:
-        """Per-center loss and flat gradient ``[k, D]`` through autograd (any module, any term).
+        """Per-center loss and flat gradient ``[k, D]`` of step ``s`` through autograd (any module,
+        any term); what a module's own ``training_step`` logs goes to ``logs``.
 
         ``start`` is the round-start ``[C, D]`` buffer (sorted order): the model each center
         received, which local terms such as FedProx's proximal term pull towards.
@@ -407,13 +531,17 @@ class PackedEngine(Engine):
         params = self._views(leaf)
         term = self.local_term
         features = None
-        with self.autocast():
-            if term is not None and term.needs_features:
-                logits, features = packed_features(self.module, params, xb, gen)
-            else:
-                logits = packed_logits(self.module, params, xb, gen)
-        per_row = self.module.loss_rows(logits.to(yb.dtype), yb)
-        per_center = (per_row * mask).sum(1) / mask.sum(1)
+        if self._step_module is not None:
+            with self.autocast():
+                per_center = self._step_losses(params, xb, yb, mask, s, logs)
+        else:
+            with self.autocast():
+                if term is not None and term.needs_features:
+                    logits, features = packed_features(self.module, params, xb, gen)
+                else:
+                    logits = packed_logits(self.module, params, xb, gen)
+            per_row = self.module.loss_rows(logits.to(yb.dtype), yb)
+            per_center = (per_row * mask).sum(1) / mask.sum(1)
         if self.module.has_penalty:
             per_center = per_center + self.module.penalty(params, self.sizes[:k].to(self.device))
         if term is not None:

@@ -28,9 +28,11 @@ import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine, ForwardFeatures, TrainSet, check_mask
+from lightning_fed.engine.lr_schedule import Constant
 from lightning_fed.engine.objective import TermBatch
-from lightning_fed.engine.optim import _only_optimizer
+from lightning_fed.engine.optim import SchedulerConfig, optimizer_and_scheduler
 from lightning_fed.engine.schedule import center_batches
+from lightning_fed.engine.training_step import RoundLogs, TrainingStep, model_name, overrides_training_step
 from lightning_fed.seeding import derive_seed
 
 __all__ = ["SequentialEngine"]
@@ -42,12 +44,30 @@ class SequentialEngine(Engine):
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         self.data = [(x.to(self.device, dtype), y.to(self.device, dtype)) for x, y in train]
         self.models = [copy.deepcopy(self.module).to(self.device, dtype) for _ in train]
-        self.optimizers = [_only_optimizer(m.configure_optimizers()) for m in self.models]
+        configured = [optimizer_and_scheduler(m.configure_optimizers()) for m in self.models]
+        self.optimizers = [opt for opt, _ in configured]
+        #: Each center's lr scheduler from ``configure_optimizers`` (None: none), stepped as Lightning does.
+        self.schedulers: list[SchedulerConfig | None] = [sched for _, sched in configured]
+        self._scheduled = any(s is not None for s in self.schedulers)
+        if self._scheduled and not isinstance(self.lr_schedule, Constant):
+            raise ValueError(
+                "trainer.lr_schedule and an lr_scheduler from configure_optimizers both set the learning "
+                "rate: keep one of them"
+            )
+        #: Optimizer steps and local epochs each center has completed (what its scheduler counts).
+        self.sched_counts = torch.zeros(len(self.models), 2, dtype=torch.int64)
         #: Each optimizer's rate as ``configure_optimizers`` set it (round ``r``: times ``lr_factor(r)``).
         self.base_lrs = [opt.param_groups[0]["lr"] for opt in self.optimizers]
         #: Per model, ``(parameter, bool masked-out)`` pairs of the masked parameters; None: no mask.
         self._masked_out: list[list[tuple[torch.nn.Parameter, Tensor]]] | None = None
         self.mask = None
+        #: Each model copy's ``training_step`` with its captured logs, when the module has its own.
+        self._steps = [TrainingStep(m) for m in self.models] if overrides_training_step(self.module) else None
+        self.training_path = (
+            f"sequential: {model_name(self.module)}.training_step per center"
+            if self._steps is not None
+            else "sequential: the model's loss_rows per center"
+        )
 
     #: Bool ``[C]``: centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
@@ -55,19 +75,29 @@ class SequentialEngine(Engine):
     def train_round(self, round_idx: int) -> Tensor:
         losses = torch.zeros(self.num_models, dtype=torch.float64)
         self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)
+        logs = RoundLogs(self.num_models)
         factor = self.lr_factor(round_idx)
         for opt, base in zip(self.optimizers, self.base_lrs, strict=True):
-            opt.param_groups[0]["lr"] = base * factor
+            if not self._scheduled:  # a scheduler of configure_optimizers owns the rate otherwise
+                opt.param_groups[0]["lr"] = base * factor
             if self.reset_optimizer_each_round:
                 opt.state.clear()  # a fresh torch optimizer's state: lazily re-created at its first step
         for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
             model.train()
-            before = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+            sched = self.schedulers[c]
+            before = (
+                copy.deepcopy(model.state_dict()),
+                copy.deepcopy(opt.state_dict()),
+                None
+                if sched is None
+                else (copy.deepcopy(sched.scheduler.state_dict()), self.sched_counts[c].clone()),
+            )
             center = int(self.center_ids[c])
             batches = center_batches(
                 len(y), self.batch_size, self.epochs, self.seed, round_idx, center, self.local_steps
             )
             start = {n: p.detach().clone().unsqueeze(0) for n, p in model.named_parameters()}
+            per_epoch = -(-len(y) // self.batch_size)
             draws = None
             if self.augment is not None:
                 draws = self.augment.round_draws(self.seed, round_idx, center, len(batches), batches.shape[1])
@@ -79,10 +109,13 @@ class SequentialEngine(Engine):
                     if draws is not None:  # slot j of batch t uses draws[t, j], as in the packed engine
                         xb = self.augment(xb, draws[t][b >= 0])
                     opt.zero_grad(set_to_none=True)
-                    loss = self._loss(model, c, xb, y[rows], start)
+                    loss = self._loss(model, c, xb, y[rows], start, t % per_epoch, logs)
                     if not bool(torch.isfinite(loss)):
                         model.load_state_dict(before[0])
                         opt.load_state_dict(before[1])
+                        if sched is not None:
+                            sched.scheduler.load_state_dict(before[2][0])
+                            self.sched_counts[c] = before[2][1]
                         self.last_diverged[c] = True
                         break
                     loss.backward()
@@ -90,22 +123,50 @@ class SequentialEngine(Engine):
                         for p, out in self._masked_out[c]:
                             p.grad.masked_fill_(out, 0.0)
                     opt.step()
+                    if sched is not None:
+                        self._step_scheduler(c, sched, epoch_end=(t + 1) % per_epoch == 0)
                     losses[c] += loss.item()
             losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
+        self.last_logged = logs.means() if self._steps is not None else None
         return losses
 
+    def _step_scheduler(self, c: int, sched: SchedulerConfig, epoch_end: bool) -> None:
+        """Lightning's stepping: after every ``frequency``-th optimizer step (``interval="step"``) or
+        local epoch (``"epoch"``, counted at the end of each pass over the center's rows)."""
+        counts = self.sched_counts[c]
+        counts[0] += 1
+        counts[1] += int(epoch_end)
+        if sched.interval == "step" and int(counts[0]) % sched.frequency == 0:
+            sched.scheduler.step()
+        if sched.interval == "epoch" and epoch_end and int(counts[1]) % sched.frequency == 0:
+            sched.scheduler.step()
+
     def _loss(
-        self, model: torch.nn.Module, c: int, xb: Tensor, yb: Tensor, start: dict[str, Tensor]
+        self,
+        model: torch.nn.Module,
+        c: int,
+        xb: Tensor,
+        yb: Tensor,
+        start: dict[str, Tensor],
+        batch_idx: int,
+        logs: RoundLogs,
     ) -> Tensor:
-        """Center ``c``'s loss on one batch: mean task loss + model penalty + local term."""
+        """Center ``c``'s loss on one batch: its ``training_step`` (or mean task loss) + model
+        penalty + local term; what ``training_step`` logs goes to ``logs``."""
         term = self.local_term
         features = None
-        with self.autocast():
-            if term is not None and term.needs_features:
-                logits, features = model.forward_features(xb)
-            else:
-                logits = model(xb)
-        loss = model.loss_rows(logits.to(yb.dtype), yb).mean()
+        if self._steps is not None:
+            with self.autocast():
+                loss, logged = self._steps[c]((xb, yb), batch_idx)
+            loss = loss.to(yb.dtype)
+            logs.add(torch.tensor([c]), logged, torch.tensor([len(yb)]))
+        else:
+            with self.autocast():
+                if term is not None and term.needs_features:
+                    logits, features = model.forward_features(xb)
+                else:
+                    logits = model(xb)
+            loss = model.loss_rows(logits.to(yb.dtype), yb).mean()
         if model.has_penalty or term is not None:
             params = {n: p.unsqueeze(0) for n, p in model.named_parameters()}
         if model.has_penalty:
@@ -175,6 +236,9 @@ class SequentialEngine(Engine):
         }
         if self.mask is not None:
             out["mask"] = {n: m.clone() for n, m in self.mask.items()}
+        if self._scheduled:
+            out["schedulers"] = [None if s is None else s.scheduler.state_dict() for s in self.schedulers]
+            out["scheduler_counts"] = self.sched_counts.clone()
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -182,3 +246,8 @@ class SequentialEngine(Engine):
         self.set_params(state["params"])
         for opt, s in zip(self.optimizers, state["optimizers"], strict=True):
             opt.load_state_dict(s)
+        if self._scheduled:
+            for sched, saved in zip(self.schedulers, state["schedulers"], strict=True):
+                if sched is not None:
+                    sched.scheduler.load_state_dict(saved)
+            self.sched_counts.copy_(state["scheduler_counts"])

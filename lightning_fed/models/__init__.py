@@ -8,3 +8,4 @@ from lightning_fed.models.resnet import ResNet18GN
 
 __all__ = ["CenterModule", "ImageClassifier", "MortalityMLP", "ResNet18GN", "SmallCNN"]
 __all__ += ["BayesianMLP"]
+# A plain LightningModule is wrapped by lightning_fed.models.adapter (not a model to choose).

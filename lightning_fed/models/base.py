@@ -24,7 +24,6 @@ packed engine reads its hyperparameters and runs the same update functionally on
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -78,13 +77,46 @@ class RowStreams(Protocol):
 class CenterModule(L.LightningModule):
     """Base class of models trained per center (binary classification with logits)."""
 
-    @abstractmethod
     def set_num_features(self, num_features: int) -> None:
-        """Build (or check) the input layer for ``num_features`` inputs."""
+        """Build (or check) the input layer for ``num_features`` inputs.
 
-    @abstractmethod
+        The built-in models build their first layer here. This default is for a module built for
+        a fixed width in its ``__init__``: one eval-mode forward on zeros ``[2, num_features]`` checks
+        that it accepts the data (image models, whose rows are not flat, override it).
+
+        Raises:
+            ValueError: The forward fails on the data's width (naming the width to build for).
+        """
+        was_training = self.training
+        try:
+            with torch.no_grad():
+                self.eval()
+                first = next(iter(self.parameters()), None)
+                dtype = first.dtype if first is not None else torch.float32
+                self(torch.zeros(2, int(num_features), dtype=dtype))
+        except Exception as err:  # any failure of the user's forward is a width mismatch to report
+            raise ValueError(
+                f"model: {type(self).__name__} does not accept the data's {num_features} features "
+                f"({(str(err).splitlines() or [type(err).__name__])[0][:120]}); build it for "
+                f"{num_features} inputs (e.g. model.init_args.in_features={num_features}) or implement "
+                "set_num_features(num_features)"
+            ) from None
+        finally:
+            self.train(was_training)
+
     def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
-        """Names of the parameters of the last ``layers`` layers (the personalizable head)."""
+        """Names of the parameters of the last ``layers`` layers (the personalizable head).
+
+        Needed only by ``algorithm.personal_layers > 0``; the built-in models implement it.
+
+        Raises:
+            NotImplementedError: The model does not say which parameters form its head.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} does not implement head_parameter_names(layers) -> tuple[str, ...], "
+            "which personal_layers needs to know which parameters stay local: implement it on your model "
+            "(the names of named_parameters() in the last `layers` layers) or set personal_layers: 0"
+        )
 
     def packed_forward(
         self, params: dict[str, Tensor], x: Tensor, generator: torch.Generator | RowStreams | None

@@ -38,6 +38,10 @@ def _reference(
             StackedSGD(0.1, 0.5, 0, True, 0.0),
         ),
         (lambda ps: torch.optim.SGD(ps, lr=0.1), StackedSGD(0.1, 0.0, 0, False, 0.0)),
+        (
+            lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+            StackedAdam(0.01, (0.9, 0.999), 1e-8, 0.1, decoupled=True),
+        ),
     ],
 )
 def test_prefix_steps_match_per_center_torch(factory, stacked) -> None:
@@ -59,7 +63,8 @@ def test_prefix_steps_match_per_center_torch(factory, stacked) -> None:
 def test_unsupported_optimizer_is_a_clear_error() -> None:
     p = [torch.zeros(2, requires_grad=True)]
     with pytest.raises(TypeError, match="SequentialEngine"):
-        stacked_optimizer_for(torch.optim.AdamW(p))
+        stacked_optimizer_for(torch.optim.RMSprop(p))
+    assert isinstance(stacked_optimizer_for(torch.optim.AdamW(p)), StackedAdam)
     with pytest.raises(TypeError, match="amsgrad"):
         stacked_optimizer_for(torch.optim.Adam(p, amsgrad=True))
     assert isinstance(stacked_optimizer_for({"optimizer": torch.optim.Adam(p)}), StackedAdam)
