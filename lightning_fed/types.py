@@ -105,6 +105,9 @@ class RoundResult:
             evaluated this round).
         test_accuracy: Test accuracy per center ``[C]`` (None when not computed or not evaluated
             this round).
+        val_metrics: The ``metrics:`` of the config on validation, ``{name: [C]}`` (NaN where
+            undefined; None on a round that did not evaluate validation; empty without ``metrics:``).
+        test_metrics: The same on the test split.
     """
 
     round: int
@@ -118,6 +121,8 @@ class RoundResult:
     stats: dict[str, float] = field(default_factory=dict)
     val_accuracy: Tensor | None = None
     test_accuracy: Tensor | None = None
+    val_metrics: dict[str, Tensor] | None = None
+    test_metrics: dict[str, Tensor] | None = None
 
 
 class TrainerConfig:
