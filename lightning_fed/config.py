@@ -93,6 +93,11 @@ class FabricConfig:
 class LoggerConfig:
     """Weights & Biases logging (offline by default: no login, no network).
 
+    Runs are grouped by label, typed by command (``job_type`` fit / test / refer), their keys
+    sectioned (``train/``, ``val/``, ``test/``, ``comm/``, ``time/``, ``selection/``) over ``round``,
+    and the final numbers are in the run summary (:mod:`lightning_fed.wandb_logger`; the old flat
+    keys are listed in docs/cli.md).
+
     Args:
         enabled: Log to W&B at all (``--logger.enabled=false`` turns it off).
         project: W&B project.
@@ -100,6 +105,8 @@ class LoggerConfig:
         tags: Run tags.
         offline: Write an offline run folder under the run directory (sync later with
             ``wandb sync``); set false to stream to a W&B server you are logged in to.
+        group: W&B run group (default: the run's label, ``output.label``, so the seeds of one
+            config aggregate in the W&B UI).
     """
 
     def __init__(
@@ -109,21 +116,33 @@ class LoggerConfig:
         name: str | None = None,
         tags: list[str] | None = None,
         offline: bool = True,
+        group: str | None = None,
     ) -> None:
         self.enabled, self.project, self.name = enabled, project, name
-        self.tags, self.offline = list(tags or []), offline
+        self.tags, self.offline, self.group = list(tags or []), offline, group
 
-    def build(self, run_dir: Path, config: dict[str, Any]) -> list[Any]:
-        """The Fabric loggers for this run (empty when disabled)."""
+    def build(
+        self, run_dir: Path, config: dict[str, Any], label: str | None = None, job_type: str = "fit"
+    ) -> list[Any]:
+        """The Fabric loggers for this run (empty when disabled).
+
+        Args:
+            run_dir: The run folder (the offline W&B run goes under it).
+            config: The resolved config (the W&B run's config).
+            label: The run's label, the default group.
+            job_type: ``fit``, ``test`` or ``refer``.
+        """
         if not self.enabled:
             return []
         if self.offline:
             os.environ["WANDB_MODE"] = "offline"
         os.environ.setdefault("WANDB_SILENT", "true")
         os.environ.setdefault("WANDB_CONSOLE", "off")
-        from lightning.pytorch.loggers import WandbLogger
+        from lightning_fed.wandb_logger import FederationWandbLogger
 
-        logger = WandbLogger(
+        logger = FederationWandbLogger(
+            group=self.group or label,
+            job_type=job_type,
             project=self.project,
             name=self.name or run_dir.name,
             tags=self.tags,

@@ -4,13 +4,14 @@ Every center's split is laid into one padded tensor ``[C, n_max, ...]`` with a r
 evaluation is then one packed forward and one batched rank AUROC for all centers. Binary models
 (logits ``[C, n]``) report AUROC; multi-class models (logits ``[C, n, K]``, the image federations)
 report the macro one-vs-rest AUROC in the same field. Both also report accuracy and balanced
-accuracy (the EdgeDRM paper's metrics).
+accuracy (the EdgeDRM paper's metrics), and the ``metrics:`` of the config, torchmetrics classes run
+on each center's rows (:mod:`lightning_fed.metrics.torchmetrics_per_center`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -23,6 +24,7 @@ from lightning_fed.metrics import (
     batched_macro_auroc,
     pooled_auroc,
 )
+from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics
 
 __all__ = ["EvalSet", "Evaluation", "evaluate"]
 
@@ -58,16 +60,25 @@ class Evaluation:
         pooled_auroc: AUROC over all centers' rows together (NaN for multi-class).
         accuracy: Accuracy ``[C]``.
         balanced_accuracy: Mean recall over the classes present ``[C]``.
+        metrics: The configured torchmetrics metrics, ``{name: [C]}`` (float64; NaN where a
+            center's split does not define them); empty without ``metrics:``.
     """
 
     auroc: Tensor
     pooled_auroc: float
     accuracy: Tensor
     balanced_accuracy: Tensor
+    metrics: dict[str, Tensor] = field(default_factory=dict)
 
 
-def evaluate(engine: Engine, center_params: dict[str, Tensor], split: EvalSet) -> Evaluation:
-    """Evaluate center ``c``'s model on center ``c``'s split, for every center at once."""
+def evaluate(
+    engine: Engine,
+    center_params: dict[str, Tensor],
+    split: EvalSet,
+    metrics: PerCenterMetrics | None = None,
+) -> Evaluation:
+    """Evaluate center ``c``'s model on center ``c``'s split, for every center at once (and the
+    configured torchmetrics ``metrics``, center by center)."""
     logits = engine.predict(center_params, split.x).float().cpu()
     if logits.dim() == 3:
         auroc, pooled, num_classes = (
@@ -83,4 +94,5 @@ def evaluate(engine: Engine, center_params: dict[str, Tensor], split: EvalSet) -
         pooled_auroc=pooled,
         accuracy=batched_accuracy(logits, split.y, split.mask),
         balanced_accuracy=batched_balanced_accuracy(logits, split.y, split.mask, num_classes),
+        metrics=metrics.evaluate(logits, split.y, split.mask) if metrics else {},
     )

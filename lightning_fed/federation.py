@@ -80,6 +80,7 @@ from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
 from lightning_fed.metrics import batched_auroc, fragile_auroc, round_isolation, run_isolation, summarize
+from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics, resolve_metrics
 from lightning_fed.models.adapter import as_center_module
 from lightning_fed.models.base import CenterModule
 from lightning_fed.precision import PrecisionPolicy, policy_of
@@ -102,6 +103,9 @@ class Federation:
             (:mod:`lightning_fed.precision`); a precision the engines cannot apply raises.
         seed: The run seed every draw derives from.
         wire: The wire (identity encoding, fresh ledger by default).
+        metrics: torchmetrics metrics evaluated per center on validation and test beside the
+            built-ins (the ``metrics:`` key; :mod:`lightning_fed.metrics.torchmetrics_per_center`);
+            checked against the model before any training.
     """
 
     def __init__(
@@ -113,8 +117,10 @@ class Federation:
         fabric: Fabric | None = None,
         seed: int = 0,
         wire: Wire | None = None,
+        metrics: PerCenterMetrics | list[Any] | None = None,
     ) -> None:
         self.data, self.module, self.algorithm = data, as_center_module(module), algorithm
+        self.metrics = metrics if isinstance(metrics, PerCenterMetrics) else resolve_metrics(metrics)
         self.trainer = trainer if trainer is not None else TrainerConfig()
         self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)
         #: What Fabric's precision applies (parameter dtype, autocast): the one source of truth.
@@ -182,6 +188,11 @@ class Federation:
         # Observers that need something of the data (e.g. a referral query panel that must fit the
         # federation) refuse it here, with a one-line ValueError, before any training.
         self.fabric.call("check_data", self.data)
+        if self.metrics:  # a metric that does not fit the model fails here, before any training
+            probe = self.engine.predict(
+                {n: p[:1] for n, p in self.center_params().items()}, self.val.x[:1, :2]
+            )
+            self.metrics.check(probe.shape[2] if probe.dim() == 3 else 2)
 
     @property
     def mixed_precision(self) -> bool:
@@ -265,7 +276,8 @@ class Federation:
         """Per-center AUROC on ``"val"`` or ``"test"``."""
         if split not in ("val", "test"):
             raise ValueError(f"split must be 'val' or 'test', got {split!r}")
-        return evaluate(self.engine, self.center_params(), self.val if split == "val" else self.test)
+        split_set = self.val if split == "val" else self.test
+        return evaluate(self.engine, self.center_params(), split_set, self.metrics)
 
     @torch.no_grad()
     def val_utility(self, params: dict[str, Tensor], centers: Tensor, chunk: int = 256) -> Tensor:
@@ -373,6 +385,8 @@ class Federation:
             val_accuracy=None if val is None else val.accuracy,
             test_accuracy=None if test is None else test.accuracy,
             train_logged={n: v.cpu()[self.assignment] for n, v in (self.engine.last_logged or {}).items()},
+            val_metrics=None if val is None else val.metrics,
+            test_metrics=None if test is None else test.metrics,
         )
 
     def _fault_stats(self, r: int) -> dict[str, float]:
@@ -399,6 +413,8 @@ class Federation:
             for split, acc in (("val", result.val_accuracy), ("test", result.test_accuracy))
             if acc is not None
         }
+        for split, values in (("val", result.val_metrics), ("test", result.test_metrics)):
+            accuracy.update({f"{split}_{name}_mean": summarize(v).mean for name, v in (values or {}).items()})
         return {
             "round": result.round,
             **auroc,
@@ -450,6 +466,7 @@ class Federation:
             "val_auroc_std": v.std,
             "val_auroc_undefined": v.n_undefined,
             "val_auroc_fragile": int(fragile_auroc(val.auroc, self.val.y, self.val.mask).sum()),
+            **self._metric_summary(test, val),
             "total_bytes": total,
             "total_mb": total / 1e6,
             "rounds": self.round,
@@ -463,6 +480,25 @@ class Federation:
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }
+
+    def _metric_summary(self, test: Evaluation, val: Evaluation) -> dict[str, Any]:
+        """The ``metrics:`` entries of the summary: per metric and split, the mean and std over the
+        centers where it is defined and their count (``test_<name>_mean``, ``_std``, ``_defined``),
+        and ``metrics``, the names (none of them without ``metrics:``)."""
+        if not self.metrics:
+            return {}
+        out: dict[str, Any] = {"metrics": list(self.metrics.names)}
+        for split, evaluation in (("test", test), ("val", val)):
+            for name, values in evaluation.metrics.items():
+                s = summarize(values)
+                out.update(
+                    {
+                        f"{split}_{name}_mean": s.mean,
+                        f"{split}_{name}_std": s.std,
+                        f"{split}_{name}_defined": s.n_defined,
+                    }
+                )
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to evaluate or continue: engine, algorithm, ledger, round."""

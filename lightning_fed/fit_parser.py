@@ -1,9 +1,10 @@
 """The ``fit`` parser: every config group, and the ``wire`` group with its deprecated aliases.
 
 Config groups: ``data``, ``model``, ``algorithm`` (class_path/init_args), ``trainer``, ``fabric``,
-``logger``, ``output``, ``callbacks``, ``seed`` and ``wire``, whose keys are exactly the arguments of
-:class:`~lightning_fed.comm.Wire` (less its ledger): ``wire.hook`` (the encode/decode hook),
-``wire.faults`` (the fault plan) and ``wire.max_norm_ratio`` (the norm defence).
+``logger``, ``output``, ``callbacks``, ``metrics`` (torchmetrics classes per center), ``seed`` and
+``wire``, whose keys are exactly the arguments of :class:`~lightning_fed.comm.Wire` (less its
+ledger): ``wire.hook`` (the encode/decode hook), ``wire.faults`` (the fault plan) and
+``wire.max_norm_ratio`` (the norm defence).
 
 Deprecated aliases, accepted for one release with a one-line notice on stderr: the top-level
 ``comm`` (now ``wire.hook``) and ``faults`` (now ``wire.faults``). Both spellings name one setting,
@@ -201,6 +202,15 @@ def fit_parser() -> Any:
     parser.add_class_arguments(FabricConfig, "fabric")
     parser.add_class_arguments(LoggerConfig, "logger")
     parser.add_class_arguments(OutputConfig, "output")
+    parser.add_argument(
+        "--metrics",
+        type=list[str | dict[str, Any]] | None,
+        default=None,
+        help="torchmetrics metrics evaluated per center on val and test beside the built-in AUROC / "
+        "accuracy / balanced accuracy, each a class path or {class_path, init_args}, e.g. "
+        "torchmetrics.classification.BinaryAveragePrecision (NaN where a center's split cannot define "
+        "one; summary test_<name>_mean/_std/_defined, rounds.parquet test_<name>; docs/metrics.md)",
+    )
     parser.add_argument(
         "--callbacks",
         type=list[Callback] | None,

@@ -108,6 +108,9 @@ class RoundResult:
         train_logged: What the model's own ``training_step`` logged with ``self.log``: per name,
             each center's row-weighted mean over the round's steps ``[C]``
             (:mod:`lightning_fed.engine.training_step`); empty when it logs nothing.
+        val_metrics: The ``metrics:`` of the config on validation, ``{name: [C]}`` (NaN where
+            undefined; None on a round that did not evaluate validation; empty without ``metrics:``).
+        test_metrics: The same on the test split.
     """
 
     round: int
@@ -122,6 +125,8 @@ class RoundResult:
     val_accuracy: Tensor | None = None
     test_accuracy: Tensor | None = None
     train_logged: dict[str, Tensor] = field(default_factory=dict)
+    val_metrics: dict[str, Tensor] | None = None
+    test_metrics: dict[str, Tensor] | None = None
 
 
 class TrainerConfig:

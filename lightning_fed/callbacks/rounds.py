@@ -29,6 +29,9 @@ class RoundsWriter(Callback):
     ``val_auroc`` / ``test_auroc`` are NaN where a center's AUROC is undefined (one class in its
     split) and null on the rounds that did not evaluate that split (``trainer.eval_every > 1``:
     test at rounds ``k - 1, 2k - 1, ...`` and the last; see :mod:`lightning_fed.federation`).
+    Each ``metrics:`` entry of the config adds ``val_<name>`` and ``test_<name>`` the same way
+    (NaN where the center's split does not define it;
+    :mod:`lightning_fed.metrics.torchmetrics_per_center`).
 
     Args:
         path: Target parquet file.
@@ -54,6 +57,10 @@ class RoundsWriter(Callback):
             "bytes": result.bytes_per_center.numpy(),
             **{f"train/{n}": v.double().numpy() for n, v in result.train_logged.items()},
         }
+        names = getattr(federation, "metrics", None)
+        for split, values in (("val", result.val_metrics), ("test", result.test_metrics)):
+            for name in names.names if names else ():
+                columns[f"{split}_{name}"] = _per_center(None if values is None else values.get(name), c)
         columns.update({k: [float(v)] * c for k, v in result.stats.items()})
         self.frames.append(pl.DataFrame(columns))
         if federation.fabric.is_global_zero:

@@ -85,8 +85,10 @@ def build_federation(init: Any, fabric: Any) -> Any:
     """Build the data and the federation; bad data or model settings end here with one clear line."""
     from lightning_fed.federation import Federation
     from lightning_fed.fit_parser import wire_from
+    from lightning_fed.metrics.torchmetrics_per_center import resolve_metrics
 
     try:
+        metrics = resolve_metrics(getattr(init, "metrics", None))  # a bad entry fails before the data
         data = init.data.build(init.seed)
         mark("data")
         federation = Federation(
@@ -97,6 +99,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
             fabric=fabric,
             seed=init.seed,
             wire=wire_from(init),
+            metrics=metrics,
         )
         mark("federation")
         return federation

@@ -33,6 +33,10 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
             write_json(run_dir / "test.json", summary)
     except RunFolderError as err:
         fail(str(err))
+    if federation.fabric.is_global_zero:
+        from lightning_fed.wandb_logger import log_job
+
+        log_job(run_dir, "test", summary)  # job_type test, in the fit's W&B group (if it logged)
     print(
         f"test: {run_dir} | round {summary['rounds']} | test AUROC {summary['test_auroc_mean']:.4f} "
         f"+/- {summary['test_auroc_std']:.4f} ({summary['test_auroc_undefined']} undefined) | "

@@ -94,7 +94,7 @@ def _build_run(
         BandwidthTable(),
         checkpoint,
     ]
-    loggers = init.logger.build(run_dir, config)
+    loggers = init.logger.build(run_dir, config, label=init.output.label, job_type="fit")
     mark("loggers")
     marks = startup_marks()  # the debug timing hook's observers (none unless it is on)
     fabric = _fabric(init.fabric, [*marks[:1], *callbacks, *extra, *marks[1:]], loggers)

@@ -95,6 +95,9 @@ def refer(argv: Sequence[str]) -> Any:
             table = _refer_table(refer_run, run_dir, args, out, routers)
     except RunFolderError as err:
         fail(str(err))
+    from lightning_fed.wandb_logger import log_job
+
+    log_job(run_dir, "refer", {}, table=("referral/table", table), save_dir=out)  # the fit's W&B group
     print(to_markdown(table))
     print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
     return table

@@ -38,6 +38,7 @@ from lightning_fed.data.center import CenterData, FederatedData, client_split, f
 from lightning_fed.data.images_io import missing_fashion_files, read_cifar, read_fashion_mnist
 from lightning_fed.data.images_transforms import ColourTransform, client_transforms
 from lightning_fed.data.partition import LabelPool, Partitioner, Shards
+from lightning_fed.extras import missing_extra
 from lightning_fed.validation import check_int
 
 __all__ = ["CIFAR", "Digits", "FashionMNIST", "ImageSource", "image_center", "image_options"]
@@ -227,7 +228,8 @@ class Digits(ImageSource):
     """scikit-learn's bundled 8x8 handwritten digits (1,797 grey images, 10 classes; no download).
 
     Pixel values 0..16 are scaled to [0, 1]; normalized with the collection's mean 0.3053 / std 0.3760.
-    Arguments as :class:`ImageSource`.
+    Arguments as :class:`ImageSource`. Needs scikit-learn, the ``digits`` extra (``pip install
+    'lightning-fed[digits]'``); without it building the source is a one-line error saying so.
     """
 
     channel_names = GREY
@@ -235,7 +237,10 @@ class Digits(ImageSource):
     std = (0.3760,)
 
     def pooled(self) -> tuple[np.ndarray, np.ndarray, int]:
-        from sklearn.datasets import load_digits
+        try:
+            from sklearn.datasets import load_digits
+        except ImportError as err:
+            raise missing_extra(err, "digits", "the Digits source") from None
 
         digits = load_digits()
         images = (np.asarray(digits.images, dtype=np.float32) / 16.0)[:, None]

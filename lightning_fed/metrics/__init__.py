@@ -5,7 +5,9 @@ Metrics are plain functions over a padded ``[C, n]`` batch (one row per center),
 thousands of coalition models a round through :func:`batched_auroc`, which a per-center
 ``update``/``compute`` cannot match. Each metric has exactly one implementation (balanced accuracy:
 :func:`balanced_accuracy_rows`, which the referral tables reach through :func:`balanced_accuracy`),
-tested against sklearn. Isolation is read off the byte ledger (:mod:`lightning_fed.metrics.isolation`).
+tested against sklearn and torchmetrics. Isolation is read off the byte ledger
+(:mod:`lightning_fed.metrics.isolation`). Any torchmetrics class can be added per center with the
+``metrics:`` config key (:mod:`lightning_fed.metrics.torchmetrics_per_center`).
 """
 
 from lightning_fed.metrics.auroc import batched_auroc, fragile_auroc, pooled_auroc

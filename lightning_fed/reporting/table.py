@@ -153,7 +153,7 @@ def collect_runs(root: Path) -> pl.DataFrame:
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"runs root {root} is not a directory")
-    rows = []
+    rows, metric_rows = [], []
     for summary_path in sorted(root.rglob("summary.json")):
         run_dir = summary_path.parent
         summary = read_summary(summary_path)
@@ -175,9 +175,13 @@ def collect_runs(root: Path) -> pl.DataFrame:
                 "path": str(run_dir),
             }
         )
+        metric_rows.append(_metric_fields(summary))
     if not rows:
         raise ValueError(f"no run directories (folders with summary.json) under {root}")
-    runs = pl.DataFrame(rows, schema=_RUN_SCHEMA).sort("method", "seed", "run")
+    runs = pl.DataFrame(rows, schema=_RUN_SCHEMA)
+    if any(metric_rows):  # the runs' ``metrics:`` (torchmetrics per center), after the fixed columns
+        runs = pl.concat([runs, pl.DataFrame(metric_rows, infer_schema_length=None)], how="horizontal")
+    runs = runs.sort("method", "seed", "run")
     twice = runs.filter(pl.struct("method", "seed").is_duplicated())
     if twice.height:
         first = twice.row(0, named=True)
@@ -187,6 +191,14 @@ def collect_runs(root: Path) -> pl.DataFrame:
             "a table counts each seed once, so remove the extra runs or report them separately"
         )
     return runs
+
+
+def _metric_fields(summary: dict[str, object]) -> dict[str, float | None]:
+    """The summary's ``metrics:`` numbers (``test_<name>_mean`` / ``_std`` / ``_defined``,
+    ``val_<name>_mean``) as floats, for the names its ``metrics`` entry lists."""
+    keys = ("test_{}_mean", "test_{}_std", "test_{}_defined", "val_{}_mean")
+    names = summary.get("metrics") or []
+    return {k.format(n): _number(summary.get(k.format(n))) for n in names for k in keys}
 
 
 def _resolve_reference(methods: list[str], reference: str | None) -> str | None:

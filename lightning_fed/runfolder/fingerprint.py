@@ -13,6 +13,8 @@ run; the rounds already run are the same, since every draw derives from (seed, p
 (evaluation changes no state and draws nothing; being left out, it also keeps the fingerprints of
 the configs written before it existed);
 ``logger.*`` and ``output.*`` decide where and how results are shown and saved, not what they are;
+``metrics`` only adds evaluated numbers (evaluation changes no state; being left out, it keeps the
+fingerprints of the configs written before it, and ``test`` can re-evaluate a run with new ones);
 ``fabric.devices`` / ``num_nodes`` / ``strategy`` shard the centers across processes, which gives
 the one-process result (:mod:`lightning_fed.distributed`). The accelerator and the precision change
 the arithmetic and are fingerprinted.
@@ -52,6 +54,8 @@ SAFE_TO_CHANGE = (
     "trainer.eval_every",
     "logger.*",
     "output.*",
+    "metrics",
+    "metrics.*",
     "fabric.devices",
     "fabric.num_nodes",
     "fabric.strategy",

@@ -48,12 +48,12 @@ def _sweep_argvs(sweep_file: Path, order: tuple[str, ...]) -> list[list[str]]:
 def test_wandb_sweep_runs_parse_name_and_report_as_their_configs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, order: tuple[str, ...]
 ) -> None:
-    """The 20 configs x 5 seeds of ``wandb_table1.yaml``, through W&B's command builder and the fit
+    """The 26 configs x 5 seeds of ``wandb_table1.yaml``, through W&B's command builder and the fit
     parser: each run gets its own seed and its config's algorithm, a folder of its own, and a report
-    over them has 20 rows of 5 seeds."""
+    over them has 26 rows of 5 seeds."""
     monkeypatch.chdir(ROOT)
     argvs = _sweep_argvs(ROOT / "configs" / "sweeps" / "wandb_table1.yaml", order)
-    assert len(argvs) == 100
+    assert len(argvs) == 26 * 5
     parser = fit_parser()
     folders = set()
     for i, argv in enumerate(argvs):
@@ -74,9 +74,9 @@ def test_wandb_sweep_runs_parse_name_and_report_as_their_configs(
         run.mkdir()
         summary = {"label": label, "seed": cfg.seed, "method": "X", "test_auroc_mean": 0.5 + i / 1000}
         (run / "summary.json").write_text(json.dumps(summary))
-    assert len(folders) == 100
+    assert len(folders) == 26 * 5
     table = table1(collect_runs(tmp_path))
-    assert table.height == 20 and set(table["n_seeds"]) == {5}
+    assert table.height == 26 and set(table["n_seeds"]) == {5}
     assert set(table["method"]) == {
         Path(p).stem
         for p in yaml.safe_load((ROOT / "configs" / "sweeps" / "wandb_table1.yaml").read_text())[
