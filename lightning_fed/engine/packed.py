@@ -63,7 +63,13 @@ from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_featu
 from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
 from lightning_fed.engine.schedule import center_batches, steps_per_round
-from lightning_fed.engine.training_step import RoundLogs, TrainingStep, model_name, overrides_training_step
+from lightning_fed.engine.training_step import (
+    RoundLogs,
+    TrainingStep,
+    model_name,
+    overrides_training_step,
+    reads_batch_idx,
+)
 from lightning_fed.seeding import derive_seed, torch_generator
 
 __all__ = ["CenterStreams", "PackedEngine"]
@@ -268,6 +274,8 @@ class PackedEngine(Engine):
         self._step_module = TrainingStep(self.module) if overrides_training_step(self.module) else None
         #: Batches per local epoch of each center (sorted order): ``batch_idx`` is step mod this.
         self._per_epoch = torch.clamp(-(-self.sizes // self.batch_size), min=1)
+        #: Whether centers of a step must also share ``batch_idx`` to share a call (it is read).
+        self._group_by_batch_idx = self._step_module is not None and reads_batch_idx(self.module)
         #: Why vmap cannot run the module's training_step (None: it can), and the names it logs.
         self._unvmappable: str | None = None
         self.logged_names: tuple[str, ...] = ()
@@ -372,13 +380,15 @@ class PackedEngine(Engine):
         """Per-center losses ``[k]`` of step ``s`` from the module's ``training_step``.
 
         Centers are grouped by (real rows, ``batch_idx``) so each call sees only real rows (padding
-        is a suffix of a center's batch) and its own index within the epoch; every group is one
-        vmapped call (or a loop, see :meth:`_probe_training_step`).
+        is a suffix of a center's batch) and its own index within the epoch (by rows only when
+        ``training_step`` never reads ``batch_idx``); every group is one vmapped call (or a loop,
+        see :meth:`_probe_training_step`). A group that does not read ``batch_idx`` gets that of its
+        first center.
         """
         k = xb.shape[0]
         rows = mask.sum(1).to(torch.int64).cpu()
         batch_idx = s % self._per_epoch[:k]
-        key = batch_idx * (self.batch_size + 1) + rows
+        key = batch_idx * (self.batch_size + 1) + rows if self._group_by_batch_idx else rows
         step = self._looped_step if self._unvmappable is not None else self._vmapped_step
         per_center = xb.new_zeros(k, dtype=yb.dtype)
         for value in torch.unique(key).tolist():

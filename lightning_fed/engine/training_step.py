@@ -12,7 +12,8 @@ models); ``batch_idx`` is the batch's index within its local epoch, as under ``T
 The sequential engine calls it on each center's module copy; the packed engine calls it through
 :func:`torch.func.functional_call` on the stacked parameters under :func:`torch.vmap`
 (``randomness="different"``), one call per group of centers whose batches share a row count and
-``batch_idx`` (so no padded row ever reaches the user's loss and ``batch_idx`` is each center's own).
+``batch_idx`` (so no padded row ever reaches the user's loss and ``batch_idx`` is each center's own;
+a ``training_step`` that never reads ``batch_idx``, :func:`reads_batch_idx`, is grouped by row count only).
 A ``training_step`` that ``vmap`` cannot run (data-dependent Python control flow, ``.item()``, an
 in-place buffer update such as BatchNorm's running statistics) is run center by center on the
 same stacked parameters (same loss and update, slower); the engine's :attr:`training_path` says so.
@@ -27,6 +28,9 @@ round is the federation's unit; a per-step history of hundreds of centers is not
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -34,7 +38,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["LogCapture", "RoundLogs", "TrainingStep", "loss_of", "model_name", "overrides_training_step"]
+__all__ = [
+    "LogCapture",
+    "RoundLogs",
+    "TrainingStep",
+    "loss_of",
+    "model_name",
+    "overrides_training_step",
+    "reads_batch_idx",
+]
 
 
 def overrides_training_step(module: torch.nn.Module) -> bool:
@@ -51,6 +63,29 @@ def model_name(module: torch.nn.Module) -> str:
     """The user's class name (the wrapped module's, for an adapter around a plain LightningModule)."""
     inner = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
     return type(inner if isinstance(inner, torch.nn.Module) else module).__name__
+
+
+def reads_batch_idx(module: torch.nn.Module) -> bool:
+    """Whether the module's ``training_step`` reads its ``batch_idx`` argument.
+
+    Read from the method's source: ``False`` only when the second parameter's name never occurs
+    in the body (then every center of a step can share one call whatever its index in the epoch);
+    ``True`` when it does, or when the source cannot be read (the safe answer).
+    """
+    inner = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
+    method = type(inner if isinstance(inner, torch.nn.Module) else module).training_step
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
+    except (OSError, TypeError, SyntaxError):
+        return True
+    func = tree.body[0]
+    if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+        return True
+    args = [a.arg for a in func.args.args]
+    if len(args) < 3 or func.args.vararg is not None or func.args.kwarg is not None:
+        return True
+    name = args[2]
+    return any(isinstance(node, ast.Name) and node.id in (name, "locals", "vars") for node in ast.walk(func))
 
 
 def loss_of(out: Any, module: torch.nn.Module) -> Tensor:

@@ -47,6 +47,13 @@ class BranchingMLP(WeightedMLP):
         return super().training_step(batch, batch_idx)
 
 
+class IndexedMLP(WeightedMLP):
+    """A loss that reads ``batch_idx`` (each center's own index within its local epoch)."""
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        return super().training_step(batch, batch_idx) * (1.0 + 0.5 * batch_idx)
+
+
 def _data(dtype: torch.dtype) -> list[tuple[Tensor, Tensor]]:
     gen = torch.Generator().manual_seed(0)
     return [
@@ -60,21 +67,26 @@ def _module(cls: type = WeightedMLP) -> MortalityMLP:
     return cls(in_features=6, hidden=(8,), dropout=0.0).to(torch.float64)
 
 
-def _hand_loop(module: MortalityMLP, train: list[tuple[Tensor, Tensor]]) -> dict[str, Tensor]:
-    """Each center alone: Adam on the weighted BCE over the engines' batches, rounds without mixing."""
+def _hand_loop(
+    module: MortalityMLP, train: list[tuple[Tensor, Tensor]], indexed: bool = False
+) -> dict[str, Tensor]:
+    """Each center alone: Adam on the weighted BCE over the engines' batches, rounds without mixing
+    (``indexed``: times ``1 + 0.5 * batch_idx``, the batch's index within its epoch)."""
     finals = []
     for c, (x, y) in enumerate(train):
         model = copy.deepcopy(module)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=1e-5)
+        per_epoch = -(-len(y) // BATCH)
         for r in range(ROUNDS):
-            for b in center_batches(len(y), BATCH, EPOCHS, SEED, r, c):
+            for t, b in enumerate(center_batches(len(y), BATCH, EPOCHS, SEED, r, c)):
                 rows = b[b >= 0]
                 opt.zero_grad()
                 logits = model(x[rows])
                 weight = torch.tensor(POS_WEIGHT, dtype=x.dtype)
-                torch.nn.functional.binary_cross_entropy_with_logits(
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(
                     logits, y[rows], pos_weight=weight
-                ).backward()
+                )
+                (loss * (1.0 + 0.5 * (t % per_epoch)) if indexed else loss).backward()
                 opt.step()
         finals.append(dict(model.named_parameters()))
     return {n: torch.stack([f[n].detach() for f in finals]) for n in finals[0]}
@@ -98,6 +110,21 @@ def test_training_step_is_the_loss_both_engines_train(engine_cls: type) -> None:
     got = engine.get_params()
     assert max(float((got[n] - expected[n]).abs().max()) for n in expected) < 1e-10
     assert "training_step" in engine.training_path
+
+
+@pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])
+def test_batch_idx_is_each_centers_index_in_its_epoch(engine_cls: type) -> None:
+    train = _data(torch.float64)
+    expected = _hand_loop(_module(IndexedMLP), train, indexed=True)
+    engine = _run(engine_cls(), _module(IndexedMLP), train)
+    got = engine.get_params()
+    assert max(float((got[n] - expected[n]).abs().max()) for n in expected) < 1e-10
+
+
+def test_batch_idx_use_is_read_from_the_source() -> None:
+    from lightning_fed.engine.training_step import reads_batch_idx
+
+    assert reads_batch_idx(_module(IndexedMLP)) and not reads_batch_idx(_module(WeightedMLP))
 
 
 def test_plain_bce_would_differ() -> None:
