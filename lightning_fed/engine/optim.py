@@ -17,6 +17,7 @@ SGD with momentum mu, dampening d (torch semantics, buffer = g on a center's fir
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "ScheduleReplay",
     "SchedulerConfig",
     "StackedAdam",
     "StackedOptimizer",
@@ -39,6 +41,11 @@ def _per_center(vec: Tensor, like: Tensor) -> Tensor:
     return vec.view(-1, *([1] * (like.dim() - 1)))
 
 
+def _vector(lr: float | Tensor) -> bool:
+    """Whether ``lr`` is a per-center rate ``[k]`` (a scheduler's) rather than one number."""
+    return isinstance(lr, Tensor)
+
+
 class StackedOptimizer(ABC):
     """An optimizer over stacked tensors ``[C, ...]``; state is a dict of stacked tensors."""
 
@@ -46,8 +53,10 @@ class StackedOptimizer(ABC):
     def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         """Fresh state for stacked ``params`` (includes ``"step"``: int64 ``[C]``)."""
 
-    #: The learning rate of the next steps (the packed engine sets it per round from its schedule).
-    lr: float
+    #: The learning rate of the next steps: one number (the packed engine sets it per round from
+    #: its schedule), or a float64 ``[k]`` rate per stepping center (a ``configure_optimizers``
+    #: scheduler, :class:`ScheduleReplay`).
+    lr: float | Tensor
 
     @abstractmethod
     def step(
@@ -108,7 +117,11 @@ class StackedAdam(StackedOptimizer):
             p = params[name][:k]
             m, v = state[f"exp_avg.{name}"][:k], state[f"exp_avg_sq.{name}"][:k]
             if self.weight_decay and self.decoupled:
-                p.mul_(1.0 - self.lr * self.weight_decay)
+                p.mul_(
+                    _per_center(1.0 - self.lr * self.weight_decay, p).to(p.dtype)
+                    if _vector(self.lr)
+                    else 1.0 - self.lr * self.weight_decay
+                )
             elif self.weight_decay:
                 g.add_(p, alpha=self.weight_decay)
             m.lerp_(g, 1.0 - self.beta1)
@@ -158,7 +171,10 @@ class StackedSGD(StackedOptimizer):
                 updated = buf * self.momentum + g * (1.0 - self.dampening)
                 buf.copy_(torch.where(_per_center(first_step, g), g, updated))
                 g = g.add(buf, alpha=self.momentum) if self.nesterov else buf
-            p.sub_(g, alpha=self.lr)
+            if _vector(self.lr):
+                p.sub_(g * _per_center(self.lr, g).to(g.dtype))
+            else:
+                p.sub_(g, alpha=self.lr)
 
 
 @dataclass(frozen=True)
@@ -175,6 +191,41 @@ class SchedulerConfig:
     scheduler: Any
     interval: str = "epoch"
     frequency: int = 1
+
+
+class ScheduleReplay:
+    """A scheduler's rate after ``n`` of its steps, for every ``n``, replayed on its own optimizer.
+
+    The torch schedulers that need no metric are functions of their step count, so one replay
+    serves every center: center ``c`` trains at ``rate(n_c)`` with ``n_c`` its own count of
+    scheduler steps (``optimizer steps // frequency`` for ``interval="step"``, ``local epochs //
+    frequency`` for ``"epoch"``), which is what a per-center ``torch`` scheduler stepped the
+    Lightning way gives (the sequential engine; tested against it and ``Trainer``).
+
+    Args:
+        config: The scheduler ``configure_optimizers`` returned (its optimizer is consumed: the
+            replay steps it).
+    """
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self._group = config.scheduler.optimizer.param_groups[0]
+        self._rates = [float(self._group["lr"])]
+
+    def counts(self, steps: Tensor, epochs: Tensor) -> Tensor:
+        """Scheduler steps taken by centers with ``steps`` optimizer steps and ``epochs`` local epochs."""
+        done = steps if self.config.interval == "step" else epochs
+        return torch.div(done, self.config.frequency, rounding_mode="floor")
+
+    def rates(self, counts: Tensor) -> Tensor:
+        """float64 rates ``[k]`` after ``counts [k]`` scheduler steps (extending the replay as needed)."""
+        need = int(counts.max()) if counts.numel() else 0
+        while len(self._rates) <= need:
+            with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()": intended here
+                warnings.simplefilter("ignore", UserWarning)
+                self.config.scheduler.step()
+            self._rates.append(float(self._group["lr"]))
+        return torch.tensor(self._rates, dtype=torch.float64)[counts.cpu()]
 
 
 def optimizer_and_scheduler(configured: Any) -> tuple[torch.optim.Optimizer, SchedulerConfig | None]:
@@ -230,9 +281,8 @@ def _only_optimizer(configured: Any) -> torch.optim.Optimizer:
     if isinstance(configured, dict):
         if configured.get("lr_scheduler") is not None:
             raise TypeError(
-                "configure_optimizers returned an lr_scheduler, which the packed engine does not run: use "
-                "--trainer.engine=lightning_fed.engine.SequentialEngine (which steps it per center as "
-                "Lightning does) or the round schedule trainer.lr_schedule"
+                "configure_optimizers returned an lr_scheduler where only an optimizer is used (FedSPD's "
+                "M-step): return the optimizer alone, or use trainer.lr_schedule"
             )
         configured = configured.get("optimizer")
     if (

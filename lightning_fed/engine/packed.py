@@ -36,7 +36,9 @@ state outside it are zeroed when it is set (and parameters again after :meth:`~P
 Without a mask the step is unchanged.
 
 Every round starts by setting the stacked optimizer's ``lr`` to ``base_lr * lr_factor(round)`` (one
-rate for all centers: the schedule is a function of the round only, so every shard sets the same)
+rate for all centers: the schedule is a function of the round only, so every shard sets the same;
+a scheduler returned by ``configure_optimizers`` instead sets each center's rate before each of its
+steps from its own step or epoch count, :class:`~lightning_fed.engine.optim.ScheduleReplay`)
 and, with ``reset_optimizer_each_round``, zeroing its state (moments, buffers, step counts) for all
 centers (:mod:`lightning_fed.engine.base`).
 
@@ -60,8 +62,14 @@ import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_features, packed_logits
+from lightning_fed.engine.lr_schedule import Constant
 from lightning_fed.engine.objective import TermBatch
-from lightning_fed.engine.optim import StackedOptimizer, stacked_optimizer_for
+from lightning_fed.engine.optim import (
+    ScheduleReplay,
+    StackedOptimizer,
+    optimizer_and_scheduler,
+    stacked_optimizer_for,
+)
 from lightning_fed.engine.schedule import center_batches, steps_per_round
 from lightning_fed.engine.training_step import (
     RoundLogs,
@@ -251,7 +259,18 @@ class PackedEngine(Engine):
         template = torch.cat([p.detach().reshape(-1) for p in self.module.parameters()])
         template = template.to(self.device, dtype)
         self.flat = template.unsqueeze(0).repeat(self.num_models, 1)
-        self.optimizer: StackedOptimizer = stacked_optimizer_for(self.module.configure_optimizers())
+        optimizer, scheduler = optimizer_and_scheduler(self.module.configure_optimizers())
+        self.optimizer: StackedOptimizer = stacked_optimizer_for(optimizer)
+        #: The ``configure_optimizers`` scheduler as rates per center (None: the round schedule).
+        self._replay = None if scheduler is None else ScheduleReplay(scheduler)
+        if self._replay is not None and not isinstance(self.lr_schedule, Constant):
+            raise ValueError(
+                "trainer.lr_schedule and an lr_scheduler from configure_optimizers both set the learning "
+                "rate: keep one of them"
+            )
+        #: Optimizer steps and local epochs each center has completed (sorted order; what its
+        #: scheduler counts; kept apart from the optimizer's step, which a reset zeroes).
+        self._sched_counts = torch.zeros(self.num_models, 2, dtype=torch.int64)
         #: The rate ``configure_optimizers`` set; round ``r`` trains at ``base_lr * lr_factor(r)``.
         self.base_lr = self.optimizer.lr
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
@@ -446,7 +465,8 @@ class PackedEngine(Engine):
     def train_round(self, round_idx: int) -> Tensor:
         # The round's rate (the same for every center, so a shard agrees with the whole) and, if
         # asked, a fresh optimizer state; both before the snapshot a diverged center returns to.
-        self.optimizer.lr = self.base_lr * self.lr_factor(round_idx)
+        if self._replay is None:
+            self.optimizer.lr = self.base_lr * self.lr_factor(round_idx)
         if self.reset_optimizer_each_round:
             self.optimizer.reset_state(self.opt_state)
         rows, masks = self._round_rows(round_idx)
@@ -486,7 +506,12 @@ class PackedEngine(Engine):
                 if self._masked_out is not None:
                     # p = 0, state = 0 and g = 0 outside the mask: Adam/SGD (and L2 decay) move nothing there.
                     grad.masked_fill_(self._masked_out[:k], 0.0)
+                if self._replay is not None:
+                    self._scheduled_rate(k)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
+                if self._replay is not None:
+                    self._sched_counts[:k, 0] += 1
+                    self._sched_counts[:k, 1] += ((s + 1) % self._per_epoch[:k] == 0).to(torch.int64)
                 loss_sum[:k] += per_center.detach().to(torch.float64)
                 if self._words_per_step is None:  # learnt from the first step the engine takes
                     self._words_per_step = gen.consumed
@@ -495,6 +520,11 @@ class PackedEngine(Engine):
         self.last_logged = logs.means() if self._step_module is not None else None
         self._contain(loss, *before)
         return loss.index_select(0, self.inverse.to(self.device))
+
+    def _scheduled_rate(self, k: int) -> None:
+        """Each of the first ``k`` centers' rate from its own scheduler count (``ScheduleReplay``)."""
+        counts = self._replay.counts(self._sched_counts[:k, 0], self._sched_counts[:k, 1])
+        self.optimizer.lr = self._replay.rates(counts).to(self.device)
 
     def _snapshot(self) -> tuple[Tensor, dict[str, Tensor]]:
         """Copy parameters and optimizer state into buffers kept across rounds (a fresh ~45 MB
@@ -505,6 +535,7 @@ class PackedEngine(Engine):
                 {n: torch.empty_like(t) for n, t in self.opt_state.items()},
             )
         flat, state = self._saved
+        self._counts_before = self._sched_counts.clone()
         flat.copy_(self.flat)
         for n, t in self.opt_state.items():
             state[n].copy_(t)
@@ -517,6 +548,7 @@ class PackedEngine(Engine):
             self.flat[bad] = flat[bad]
             for n, t in self.opt_state.items():
                 t[bad] = opt_state[n][bad]
+            self._sched_counts[bad.cpu()] = self._counts_before[bad.cpu()]
             loss[bad] = float("nan")
         self.last_diverged = bad.index_select(0, self.inverse.to(self.device)).cpu()
 
@@ -615,6 +647,8 @@ class PackedEngine(Engine):
         }
         if self.mask is not None:
             out["mask"] = {n: m.clone() for n, m in self.mask.items()}
+        if self._replay is not None:
+            out["scheduler_counts"] = self._sched_counts.index_select(0, self.inverse).clone()
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -623,3 +657,5 @@ class PackedEngine(Engine):
         order = self.order.to(self.device)
         for n, t in self.opt_state.items():
             t.copy_(state["optimizer"][n].index_select(0, order))
+        if self._replay is not None:
+            self._sched_counts.copy_(state["scheduler_counts"].index_select(0, self.order))

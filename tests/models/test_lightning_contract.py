@@ -107,6 +107,8 @@ def _trainer_reference(start: L.LightningModule, x: Tensor, y: Tensor) -> tuple[
         (PackedEngine, None, "adamw"),
         (SequentialEngine, "epoch", "sgd"),
         (SequentialEngine, "step", "adamw"),
+        (PackedEngine, "epoch", "sgd"),
+        (PackedEngine, "step", "adamw"),
     ],
 )
 def test_one_center_local_only_matches_lightning_trainer(
@@ -135,11 +137,30 @@ def test_a_scheduler_changes_the_rate_as_lightning_does() -> None:
     assert fed.engine.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.5 ** (ROUNDS * EPOCHS))
 
 
-def test_the_packed_engine_refuses_a_scheduler_in_one_line() -> None:
-    with pytest.raises(
-        TypeError, match=r"lr_scheduler, which the packed engine does not run.*SequentialEngine"
-    ):
-        _federation(PackedEngine(), PlainNet("epoch"))
+def test_a_scheduler_with_the_round_schedule_is_refused_in_one_line() -> None:
+    from lightning_fed.engine.lr_schedule import Cosine
+
+    for engine in (PackedEngine(), SequentialEngine()):
+        trainer = TrainerConfig(rounds=2, batch_size=BATCH, engine=engine, lr_schedule=Cosine(horizon=2))
+        with pytest.raises(ValueError, match=r"trainer\.lr_schedule and an lr_scheduler"):
+            Federation(make_federation([37]), PlainNet("epoch"), LocalOnly(), trainer, seed=SEED)
+
+
+def test_several_centers_packed_scheduler_matches_sequential() -> None:
+    """Centers of 3 to 40 rows take different numbers of steps and epochs: each packed center's rate
+    follows its own scheduler count, as each sequential center's own torch scheduler does (float32)."""
+    results = []
+    for engine in (PackedEngine(), SequentialEngine()):
+        for interval in ("epoch", "step"):
+            trainer = TrainerConfig(rounds=3, local_epochs=2, batch_size=BATCH, engine=engine)
+            fed = Federation(
+                make_federation([3, 9, 17, 40]), PlainNet(interval), LocalOnly(), trainer, seed=SEED
+            )
+            fed.fit()
+            results.append(fed.engine.get_params())
+    for a, b in ((results[0], results[2]), (results[1], results[3])):
+        for name in a:
+            torch.testing.assert_close(a[name], b[name], atol=1e-5, rtol=1e-4)
 
 
 def test_personal_layers_without_head_names_is_one_line_naming_the_method() -> None:
