@@ -1,7 +1,7 @@
 """A report table as data: :class:`TableSpec` says which runs give rows, and how rows become markdown.
 
 A new report table is one module under :mod:`lightning_fed.reporting.tables` that builds one
-``TableSpec`` and is listed in :data:`lightning_fed.reporting.tables.SPECS`:
+``TableSpec`` and is listed in :func:`lightning_fed.reporting.tables.specs`:
 
 - ``rows``: the filter and the values, one row per (run, ...) from the :class:`RunRecord` s (an empty
   frame when no run qualifies: then nothing is written);

@@ -123,3 +123,31 @@ def test_report_writes_the_specs_in_order() -> None:
     assert names[:2] == ["table1.md", "diagnostics.md"] and names[-1] == "tier_table.md"
     assert len(set(names)) == len(names)
     assert {s.gate for s in specs()} == {None, "edgedrm", "tiers"}
+
+
+def test_old_module_paths_alias_the_new_homes() -> None:
+    """Notebooks and scripts import the pre-spec module names; they serve the same objects."""
+    from lightning_fed.reporting import (
+        edgedrm_checkpoints,
+        edgedrm_paired,
+        edgedrm_tables,
+        lambda_table,
+        referral,
+        referral_reach,
+        table,
+        tier_contrasts,
+    )
+    from lightning_fed.reporting.tables import checkpoints, edgedrm, lambda_sweep, table1, tiers
+    from lightning_fed.reporting.tables import edgedrm_paired as paired_home
+
+    assert table.table1 is table1.table1 and table.collect_runs is table1.collect_runs
+    assert (
+        edgedrm_tables.edgedrm_rows is edgedrm.edgedrm_rows
+        and edgedrm_paired.edgedrm_paired is paired_home.edgedrm_paired
+    )
+    assert lambda_table.lambda_rows is lambda_sweep.lambda_rows and referral.tier_rows is tiers.tier_rows
+    assert (
+        tier_contrasts.tier_contrasts is tiers.tier_contrasts
+        and referral_reach.reach_rows is reach.reach_rows
+    )
+    assert edgedrm_checkpoints.checkpoint_rows is checkpoints.checkpoint_rows
