@@ -6,11 +6,11 @@ from tensors). They depend on matplotlib, polars and :mod:`lightning_fed.io` onl
 import them without a cycle (docs/architecture.md, the layers). Submodules:
 
 - :mod:`~lightning_fed.plots.canvas`: the Agg figure and the atomic PNG write;
+- :mod:`~lightning_fed.plots.pareto`: accuracy against bandwidth (``pareto.png``), family colours;
+- :mod:`~lightning_fed.plots.isolation`: the per-round isolation rate (``isolation.png``);
+- :mod:`~lightning_fed.plots.partners`: ABPS posterior heat maps, partner graphs, isolation curve;
+- :mod:`~lightning_fed.plots.lambda_sweep`: EdgeDRM's Table 5 figure (``lambda_table.png``);
 - :mod:`~lightning_fed.plots.referral`: referral gain, tier shares, the routing picture.
-
-The report's Pareto, isolation, ABPS and lambda figures are still drawn in
-:mod:`lightning_fed.reporting.plots`, :mod:`~lightning_fed.reporting.abps_plots` and
-:mod:`~lightning_fed.reporting.lambda_table` (their move here is open).
 
 Import the submodule you need (this package imports none of them, so importing it loads no matplotlib).
 """

@@ -1,6 +1,10 @@
-"""Reports over run directories: Table 1 (markdown + CSV), the accuracy-bandwidth Pareto plot, isolation.
+"""Reports over run directories: one walk of the run tree, then every table spec that has rows.
 
-``report(root)`` is what ``lightning-fed report RUNS_DIR`` runs.
+``report(root)`` is what ``lightning-fed report RUNS_DIR`` runs: :func:`~.runs.read_runs` reads each
+run folder once into a frozen :class:`~.runs.RunRecord`; every table of :func:`~.tables.specs`
+(one module per paper table under :mod:`lightning_fed.reporting.tables`) is written when it has
+rows; the figures are drawn by :mod:`lightning_fed.plots`. The names below are the public surface
+notebooks and scripts import.
 """
 
 from __future__ import annotations
@@ -9,42 +13,40 @@ from pathlib import Path
 
 import polars as pl
 
-from lightning_fed.reporting.abps_plots import isolation_curve, partner_graph_plot, posterior_plot
-from lightning_fed.reporting.plots import (
-    FAMILY_COLORS,
-    isolation_plot,
-    isolation_series,
-    method_family,
-    pareto_front,
-    pareto_plot,
-)
-from lightning_fed.reporting.referral import collect_referrals
-from lightning_fed.reporting.table import (
-    collect_runs,
+from lightning_fed.reporting.families import is_upper_bound, run_family
+from lightning_fed.reporting.runs import RunRecord, as_records, method_label, read_runs, read_summary
+from lightning_fed.reporting.tables import specs
+from lightning_fed.reporting.tables.diagnostics import (
     diagnostics_markdown,
     has_selection_diagnostics,
-    method_label,
+    write_diagnostics,
+)
+from lightning_fed.reporting.tables.edgedrm import edgedrm_rows
+from lightning_fed.reporting.tables.table1 import (
+    collect_runs,
+    runs_frame,
     table1,
     to_markdown,
-    write_diagnostics,
     write_runs,
     write_table,
 )
 
 __all__ = [
     "FAMILY_COLORS",
+    "RunRecord",
     "collect_referrals",
     "collect_runs",
     "diagnostics_markdown",
     "isolation_curve",
     "isolation_plot",
     "isolation_series",
-    "method_family",
     "method_label",
     "pareto_front",
     "pareto_plot",
     "partner_graph_plot",
     "posterior_plot",
+    "read_runs",
+    "read_summary",
     "report",
     "table1",
     "to_markdown",
@@ -53,12 +55,78 @@ __all__ = [
     "write_table",
 ]
 
+#: Figure names served lazily from :mod:`lightning_fed.plots` (importing reporting loads no matplotlib).
+_PLOTS = {
+    "FAMILY_COLORS": "pareto",
+    "pareto_front": "pareto",
+    "pareto_plot": "pareto",
+    "isolation_curve": "partners",
+    "partner_graph_plot": "partners",
+    "posterior_plot": "partners",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _PLOTS:
+        import importlib
+
+        return getattr(importlib.import_module(f"lightning_fed.plots.{_PLOTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def collect_referrals(source: Path | str | list[RunRecord]) -> pl.DataFrame:
+    """Every run's ``referral.csv`` (a run folder's, never a report folder's) in one frame, with a
+    leading ``run`` column (the folder name); empty without any."""
+    frames = [
+        r.referral.select(pl.lit(r.name).alias("run"), pl.all())
+        for r in as_records(source)
+        if r.referral is not None
+    ]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+
+
+def isolation_series(source: Path | str | list[RunRecord]) -> pl.DataFrame:
+    """Per-round isolation rate of every run whose ``rounds.parquet`` has it.
+
+    Returns:
+        Columns ``round``, ``isolation_rate`` (one value per round), ``method`` (label), ``path``;
+        empty when no run has the column.
+    """
+    frames = []
+    for record in as_records(source):
+        if not record.rounds_have("isolation_rate"):
+            continue
+        per_round = (
+            record.rounds.select("round", "isolation_rate")
+            .group_by("round")
+            .agg(pl.col("isolation_rate").first())
+            .drop_nulls()
+            .with_columns(pl.lit(record.label).alias("method"), pl.lit(str(record.path)).alias("path"))
+        )
+        if per_round.height:
+            frames.append(per_round)
+    if not frames:
+        return pl.DataFrame(
+            schema={"round": pl.Int64, "isolation_rate": pl.Float64, "method": pl.String, "path": pl.String}
+        )
+    return pl.concat(frames, how="vertical_relaxed")
+
+
+def isolation_plot(source: Path | str | list[RunRecord], path: Path) -> Path:
+    """``isolation.png`` of the runs: :func:`lightning_fed.plots.isolation.isolation_plot` of
+    :func:`isolation_series`."""
+    from lightning_fed.plots.isolation import isolation_plot as draw
+
+    return draw(isolation_series(source), path)
+
 
 def report(root: Path, out: Path | None = None, reference: str | None = None) -> dict[str, Path]:
     """Write Table 1, the diagnostics and runs tables, the Pareto plot and the isolation plot.
 
-    The Pareto plot's dashed upper bound is the mean AUROC of the method labelled ``centralized``
-    (any label containing ``central``, the best one if several) when the runs include one.
+    The run tree is read once (:func:`read_runs`); every table of :func:`~.tables.specs` with rows is
+    written. The Pareto plot's dashed upper bound is the mean AUROC of the methods whose algorithm
+    pools the data (Centralized, :data:`~.families.UPPER_BOUND_ALGORITHMS`; the best one if
+    several) when the runs include one; colours are the declared families (:mod:`.families`).
 
     Args:
         root: A folder of run directories (searched recursively).
@@ -89,7 +157,7 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         neighbours, the stage-II head shift and the potential norm, read from the checkpoints) and, with
         hospital tiers, ``referral_tiers.png`` (share of calls per tier) and
         ``tier_table.md`` (Table 4's layout, mean ± SD over seeds, one row per graph and condition, then
-        the paired contrasts of :mod:`lightning_fed.reporting.tier_contrasts`);
+        the paired contrasts of :mod:`lightning_fed.reporting.tables.tiers`);
         with runs at several ``lambda``, ``lambda_table.md`` (Table 5's layout with the share of walks
         reaching the source, then each ``lambda`` against 0.9 paired by seed) and ``lambda_table.png``.
 
@@ -98,99 +166,58 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     """
     root = Path(root)
     out = Path(out) if out is not None else root / "report"
-    runs = collect_runs(root)
-    table = table1(runs, reference)
-    md, csv = write_table(table, out / "table1")
-    written = {"table1.md": md, "table1.csv": csv}
-    diagnostics = write_diagnostics(table, out / "diagnostics")
-    if diagnostics is not None:
-        written["diagnostics.md"], written["diagnostics.csv"] = diagnostics
+    records = read_runs(root)
+    runs = runs_frame(records)
+    tables = specs(reference)
+    written: dict[str, Path] = {}
+    for spec in (s for s in tables if s.gate is None):
+        written.update(spec.write(records, out))
     written["runs.csv"] = write_runs(runs, out / "runs.csv")
-    central = table.filter(pl.col("method").str.to_lowercase().str.contains("central"))["auroc_mean"]
-    bound = central.drop_nulls().max()
-    if table["auroc_mean"].drop_nulls().len():  # nothing to place without an AUROC
-        written["pareto.png"] = pareto_plot(table, out / "pareto.png", centralized_auroc=bound)
-    isolation = isolation_series(root)
-    # Resting is a partner-selection outcome: on fixed graphs (gossip, EdgeDRM) and for FedAvg it is
-    # 0 by construction, and a flat zero line is left out.
-    if isolation.height and (has_selection_diagnostics(table) or isolation["isolation_rate"].max() > 0):
-        written["isolation.png"] = isolation_plot(root, out / "isolation.png")
-    referrals = collect_referrals(root)
+    written.update(_figures(records, runs, out, reference))
+    referrals = collect_referrals(records)
     if referrals.height:
+        from lightning_fed.plots.referral import gain_plot
         from lightning_fed.referral.refer import write_referral
-        from lightning_fed.referral.summary_plots import gain_plot
 
         written["referral.csv"], written["referral.md"] = write_referral(referrals, out)
         gain_plot(referrals, out / "referral_gain.png")
         written["referral_gain.png"] = out / "referral_gain.png"
     # A root of FedDRM runs alone (no referral: the centralized reference of Table 2, run on its own)
     # still gets its EdgeDRM-layout rows.
-    written.update(_edgedrm_outputs(root, out))
+    if edgedrm_rows(records).height:
+        for spec in (s for s in tables if s.gate == "edgedrm"):
+            written.update(spec.write(records, out))
     if any(c.startswith("share_") and c != "share_all" for c in referrals.columns):
-        written.update(_tier_outputs(root, out, referrals))
+        from lightning_fed.plots.referral import tier_share_plot
+
+        tier_share_plot(referrals, out / "referral_tiers.png")
+        written["referral_tiers.png"] = out / "referral_tiers.png"
+        for spec in (s for s in tables if s.gate == "tiers"):
+            written.update(spec.write(records, out))
     return written
 
 
-def _edgedrm_outputs(root: Path, out: Path) -> dict[str, Path]:
-    """The EdgeDRM paper's tables (:func:`report`'s ``edgedrm_*``, ``referral_reach.md``,
-    ``lambda_table.*``) when any run under ``root`` has an EdgeDRM-layout row; ``{}`` otherwise."""
-    from lightning_fed.io import write_text
-    from lightning_fed.reporting import edgedrm_checkpoints as ec
-    from lightning_fed.reporting import edgedrm_tables as et
-    from lightning_fed.reporting.edgedrm_paired import edgedrm_paired, edgedrm_paired_markdown
-    from lightning_fed.reporting.lambda_table import (
-        lambda_markdown,
-        lambda_paired,
-        lambda_paired_markdown,
-        lambda_plot,
-        lambda_rows,
-        lambda_table,
-    )
-    from lightning_fed.reporting.referral_reach import reach_markdown, reach_rows, reach_table
+def _figures(
+    records: list[RunRecord], runs: pl.DataFrame, out: Path, reference: str | None
+) -> dict[str, Path]:
+    """``pareto.png`` (when a run has a test AUROC) and ``isolation.png`` (see :func:`report`)."""
+    from lightning_fed.plots.pareto import pareto_plot
 
-    rows = et.edgedrm_rows(root)
-    if rows.height == 0:
-        return {}
     written: dict[str, Path] = {}
-    table = et.edgedrm_table(rows)
-    margins = et.edgedrm_margins_markdown(et.edgedrm_margins(table))
-    text = et.edgedrm_markdown(table)
-    if margins:
-        text += "\nEdgeDRM against the other decentralized methods, per graph:\n\n" + margins
-    written["edgedrm_table.md"] = write_text(out / "edgedrm_table.md", text)
-    settings = et.edgedrm_settings_markdown(table)
-    written["edgedrm_settings.md"] = write_text(out / "edgedrm_settings.md", settings)
-    texts = {
-        "edgedrm_paired.md": edgedrm_paired_markdown(edgedrm_paired(rows)),
-        "referral_reach.md": reach_markdown(reach_table(reach_rows(root))),
-        "edgedrm_checkpoints.md": ec.checkpoint_markdown(ec.checkpoint_table(ec.checkpoint_rows(root))),
-    }
-    written.update({name: write_text(out / name, body) for name, body in texts.items() if body})
-    sweep = lambda_rows(root)
-    if sweep.height and sweep["lam"].n_unique() > 1:
-        lam_table = lambda_table(sweep)
-        paired = lambda_paired_markdown(lambda_paired(sweep))
-        text = lambda_markdown(lam_table) + ("\n" + paired if paired else "")
-        written["lambda_table.md"] = write_text(out / "lambda_table.md", text)
-        lambda_plot(lam_table, out / "lambda_table.png")
-        written["lambda_table.png"] = out / "lambda_table.png"
-    return written
+    table = table1(runs, reference)
+    families = {r.label: run_family(r) for r in records}
+    bounds = {r.label for r in records if is_upper_bound(r)}
+    central = table.filter(pl.col("method").is_in(sorted(bounds)))["auroc_mean"]
+    bound = central.drop_nulls().max()
+    if table["auroc_mean"].drop_nulls().len():  # nothing to place without an AUROC
+        written["pareto.png"] = pareto_plot(
+            table, out / "pareto.png", centralized_auroc=bound, families=families, upper_bounds=bounds
+        )
+    isolation = isolation_series(records)
+    # Resting is a partner-selection outcome: on fixed graphs (gossip, EdgeDRM) and for FedAvg it is
+    # 0 by construction, and a flat zero line is left out.
+    if isolation.height and (has_selection_diagnostics(table) or isolation["isolation_rate"].max() > 0):
+        from lightning_fed.plots.isolation import isolation_plot as draw
 
-
-def _tier_outputs(root: Path, out: Path, referrals: pl.DataFrame) -> dict[str, Path]:
-    """``referral_tiers.png`` and ``tier_table.md`` (Table 4's layout with its paired contrasts)."""
-    from lightning_fed.io import write_text
-    from lightning_fed.referral.summary_plots import tier_share_plot
-    from lightning_fed.reporting.referral import tier_markdown, tier_rows, tier_table
-    from lightning_fed.reporting.tier_contrasts import tier_contrasts, tier_contrasts_markdown
-
-    tier_share_plot(referrals, out / "referral_tiers.png")
-    written = {"referral_tiers.png": out / "referral_tiers.png"}
-    found = tier_rows(root)
-    tiers = tier_markdown(tier_table(found))
-    contrasts = tier_contrasts_markdown(tier_contrasts(found))
-    if tiers and contrasts:
-        tiers += "\nPaired contrasts (seed by seed, 95 % t interval):\n\n" + contrasts
-    if tiers:
-        written["tier_table.md"] = write_text(out / "tier_table.md", tiers)
+        written["isolation.png"] = draw(isolation, out / "isolation.png")
     return written

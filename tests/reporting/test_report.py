@@ -11,14 +11,15 @@ import pytest
 
 from lightning_fed.reporting import (
     collect_runs,
-    method_family,
     method_label,
     pareto_front,
     pareto_plot,
+    read_runs,
     report,
     table1,
     write_table,
 )
+from lightning_fed.reporting.families import is_upper_bound, run_family
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -135,12 +136,34 @@ def test_pareto_front_hand_built() -> None:
     assert pareto_front(x, y) == [True, False, True, True, False, True]
 
 
-def test_method_family() -> None:
-    assert method_family("fedavg_pq") == "FedAvg-like (star)"
-    assert method_family("abps_x") == "ABPS"
-    assert method_family("abps_goal_diversity") == "goal-aware ABPS"
-    assert method_family("local") == method_family("Centralized") == "no exchange"
-    assert method_family("something") == "other"
+def _family_run(root: Path, name: str, method: str) -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"method": method, "seed": 1, "label": name}))
+    (run / "config.yaml").write_text("seed: 1\n")
+
+
+def test_method_families_are_declared_by_algorithm_key(tmp_path: Path) -> None:
+    # The family comes from the algorithm key (summary["method"]) or an exact declared label, never
+    # from a substring of the label: a label naming another method does not change it.
+    _family_run(tmp_path, "abps_looking_like_fedavg", "ABPS")
+    _family_run(tmp_path, "abps_goal_diversity", "ABPS")
+    _family_run(tmp_path, "abps_goal_diversity_mine", "ABPS")
+    _family_run(tmp_path, "central_fedavg", "FedAvg")
+    _family_run(tmp_path, "pooled", "Centralized")
+    _family_run(tmp_path, "edge", "EdgeDRM")
+    _family_run(tmp_path, "local_mine", "MyNewMethod")
+    records = {r.label: r for r in read_runs(tmp_path)}
+    assert {label: run_family(r) for label, r in records.items()} == {
+        "abps_looking_like_fedavg": "ABPS",
+        "abps_goal_diversity": "goal-aware ABPS",
+        "abps_goal_diversity_mine": "ABPS",
+        "central_fedavg": "FedAvg-like (star)",
+        "pooled": "no exchange",
+        "edge": "decentralized (graph)",
+        "local_mine": "other",
+    }
+    assert [label for label, r in records.items() if is_upper_bound(r)] == ["pooled"]
 
 
 def test_pareto_plot_png(runs_root: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Paired differences and the Student-t quantile against closed forms, tables and hand computations."""
+"""The statistics module (reporting/stats.py): paired differences and the Student-t quantile against
+closed forms, textbook tables, SciPy (when installed) and hand computations."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lightning_fed.reporting.paired import (
+from lightning_fed.reporting.stats import (
     BETTER,
     NOT_APPLICABLE,
     WITHIN_NOISE,
@@ -171,3 +172,37 @@ def test_by_seed_refuses_ambiguous_input() -> None:
         by_seed([2025, 2025], [1.0, 2.0])
     with pytest.raises(ValueError, match="2 seeds but 1 values"):
         by_seed([2025, 2026], [1.0])
+
+
+@pytest.mark.parametrize(
+    ("diffs", "t_table"),
+    [
+        ([1.0, 2.0, 3.0], 4.303),  # df 2
+        ([0.5, -0.1, 0.3, 0.9, 0.2, 0.4], 2.571),  # df 5
+        ([0.02, 0.02, -0.01, 0.04, 0.02, 0.0, 0.03, 0.01, 0.05, -0.02], 2.262),  # df 9
+    ],
+)
+def test_paired_interval_against_the_t_table(diffs: list[float], t_table: float) -> None:
+    """The 95 % interval is d_bar -/+ t s_d / sqrt(n) with the printed t_{0.975, n-1} (3 decimals)."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    half = t_table * math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) / math.sqrt(n)
+    got_mean, low, high = paired_ci(diffs)
+    assert got_mean == pytest.approx(mean) and (low + high) / 2 == pytest.approx(mean)
+    # The table's t has 3 decimals: the half width agrees to its rounding (0.0005 / t).
+    assert (high - low) / 2 == pytest.approx(half, rel=0.0005 / t_table)
+
+
+def test_paired_interval_against_scipy() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")
+    diffs = [0.5, -0.1, 0.3, 0.9, 0.2, 0.4]
+    _, low, high = paired_ci(diffs)
+    ref = scipy_stats.t.interval(0.95, len(diffs) - 1, loc=np.mean(diffs), scale=scipy_stats.sem(diffs))
+    assert (low, high) == pytest.approx(ref, rel=1e-10)
+
+
+def test_old_import_path_is_the_same_module() -> None:
+    """``lightning_fed.reporting.paired`` (notebooks) serves the statistics module's objects."""
+    from lightning_fed.reporting import paired, stats
+
+    assert paired.paired_ci is stats.paired_ci and paired.t_quantile is stats.t_quantile

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from lightning_fed.reporting.plots import _save
+from lightning_fed.plots.canvas import new_figure, save_png
 
 __all__ = ["isolation_curve", "partner_graph_plot", "pick_rounds", "posterior_plot"]
 
@@ -34,8 +33,7 @@ def pick_rounds(history: dict[str, Any], count: int = 3) -> list[int]:
 
 
 def _figure(panels: int, size: float = 3.4) -> tuple[Figure, list[Any]]:
-    fig = Figure(figsize=(size * panels, size))
-    FigureCanvasAgg(fig)
+    fig = new_figure(size * panels, size)
     return fig, [fig.add_subplot(1, panels, k + 1) for k in range(panels)]
 
 
@@ -57,7 +55,7 @@ def posterior_plot(
         ax.set_ylabel("center i")
     fig.colorbar(image, ax=axes, shrink=0.8, label="posterior mean E[phi_ij]")
     if path is not None:
-        _save(fig, Path(path))
+        save_png(fig, path)
     return fig
 
 
@@ -91,7 +89,7 @@ def partner_graph_plot(
         ax.set_aspect("equal")
         ax.axis("off")
     if path is not None:
-        _save(fig, Path(path))
+        save_png(fig, path)
     return fig
 
 
@@ -104,5 +102,5 @@ def isolation_curve(history: dict[str, Any], path: str | Path | None = None) -> 
     ax.set_ylim(-0.02, 1.02)
     ax.grid(alpha=0.3)
     if path is not None:
-        _save(fig, Path(path))
+        save_png(fig, path)
     return fig

@@ -1,0 +1,342 @@
+"""The ABPS paper's Table 1 (Sec. 6.3-6.4): one row per method label, ``table1.md`` / ``table1.csv``.
+
+Every run (:class:`~lightning_fed.reporting.runs.RunRecord`) gives one row of :func:`runs_frame`
+(``runs.csv``). Per method label, :func:`table1` gives the mean and sample standard deviation
+(ddof=1) of the runs' test AUROC over seeds, the paired difference to a reference method over the
+seeds both have (same seed, same data) with a 95 % Student-t interval and a verdict
+(:mod:`lightning_fed.reporting.stats`), the means of bandwidth, isolation, E|P_i|, rounds and wall
+time, and the means of the mechanism diagnostics ABPS runs record (:data:`DIAGNOSTICS`; null for
+methods that record none). :func:`to_markdown` renders the main table; the diagnostics table is
+:mod:`lightning_fed.reporting.tables.diagnostics`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from lightning_fed.render import markdown_table, number, percent, write_pair
+from lightning_fed.reporting.runs import RunRecord, read_runs
+from lightning_fed.reporting.spec import TableSpec
+from lightning_fed.reporting.stats import NOT_APPLICABLE, paired_comparison
+
+__all__ = [
+    "DEFAULT_REFERENCE",
+    "DIAGNOSTICS",
+    "collect_runs",
+    "runs_frame",
+    "spec",
+    "table1",
+    "to_markdown",
+    "write_runs",
+    "write_table",
+]
+
+#: The method label paired differences compare to when no other is named (and the runs have it).
+DEFAULT_REFERENCE = "fedavg"
+
+#: Mechanism diagnostics a ``summary.json`` may hold (floats; ABPS writes them, other methods
+#: leave them out): the share of partnerships within one care unit and its chance level, the share
+#: of repeated partners, the spread of the posterior means, the share of center-rounds isolated by
+#: each cause, and the bytes relative to FedAvg run for the same number of rounds.
+DIAGNOSTICS: tuple[str, ...] = (
+    "partner_same_unit_rate",
+    "partner_same_unit_chance",
+    "partner_repeat_rate",
+    "posterior_mean_spread",
+    "isolation_no_candidates",
+    "isolation_no_capacity",
+    "isolation_rejected",
+    "isolation_unavailable",
+    "bytes_vs_fedavg_same_rounds",
+)
+
+_RUN_SCHEMA: dict[str, pl.DataType] = {
+    "run": pl.String(),
+    "method": pl.String(),
+    "seed": pl.Int64(),
+    "test_auroc_mean": pl.Float64(),
+    "bytes_vs_fedavg": pl.Float64(),
+    "isolation_rate": pl.Float64(),
+    "mean_partners": pl.Float64(),
+    "rounds": pl.Int64(),
+    "wall_seconds": pl.Float64(),
+    "total_bytes": pl.Int64(),
+    **{name: pl.Float64() for name in DIAGNOSTICS},
+    "restored_best": pl.Boolean(),
+    "best_round": pl.Int64(),
+    "path": pl.String(),
+}
+
+
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)
+
+
+def _integer(value: object) -> int | None:
+    return None if value is None else int(value)
+
+
+def _flag(value: object) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
+    """One row per run record (``runs.csv``).
+
+    Returns:
+        Columns ``run`` (directory name), ``method`` (label), ``seed``, ``test_auroc_mean``,
+        ``bytes_vs_fedavg``, ``isolation_rate`` and ``mean_partners`` (null when the summary has none,
+        e.g. FedAvg), ``rounds``, ``wall_seconds``, ``total_bytes``, the :data:`DIAGNOSTICS`,
+        ``restored_best`` and ``best_round`` (early stopping; all null when absent), ``path``, then
+        the ``metrics:`` columns of the runs that have them; sorted by method, seed and run.
+
+    Raises:
+        ValueError: If two runs share a method label and a seed (a table counts each seed once).
+    """
+    rows, metric_rows = [], []
+    for record in records:
+        summary = record.summary
+        metric_rows.append(_metric_fields(summary))
+        rows.append(
+            {
+                "run": record.name,
+                "method": record.label,
+                "seed": summary.get("seed"),
+                "test_auroc_mean": _number(summary.get("test_auroc_mean")),
+                "bytes_vs_fedavg": _number(summary.get("bytes_vs_fedavg")),
+                "isolation_rate": _number(summary.get("isolation_rate")),
+                "mean_partners": _number(summary.get("mean_partners")),
+                "rounds": summary.get("rounds"),
+                "wall_seconds": _number(summary.get("wall_seconds")),
+                "total_bytes": summary.get("total_bytes"),
+                **{name: _number(summary.get(name)) for name in DIAGNOSTICS},
+                "restored_best": _flag(summary.get("restored_best")),
+                "best_round": _integer(summary.get("best_round")),
+                "path": str(record.path),
+            }
+        )
+    runs = pl.DataFrame(rows, schema=_RUN_SCHEMA)
+    if any(metric_rows):  # the runs' ``metrics:`` (torchmetrics per center), after the fixed columns
+        runs = pl.concat([runs, pl.DataFrame(metric_rows, infer_schema_length=None)], how="horizontal")
+    runs = runs.sort("method", "seed", "run")
+    twice = runs.filter(pl.struct("method", "seed").is_duplicated())
+    if twice.height:
+        first = twice.row(0, named=True)
+        same = twice.filter((pl.col("method") == first["method"]) & (pl.col("seed") == first["seed"]))
+        raise ValueError(
+            f"runs {', '.join(same['path'])} are all method {first['method']!r} with seed {first['seed']}: "
+            "a table counts each seed once, so remove the extra runs or report them separately"
+        )
+    return runs
+
+
+def _metric_fields(summary: dict[str, object]) -> dict[str, float | None]:
+    """The summary's ``metrics:`` numbers (``test_<name>_mean`` / ``_std`` / ``_defined``,
+    ``val_<name>_mean``) as floats, for the names its ``metrics`` entry lists."""
+    keys = ("test_{}_mean", "test_{}_std", "test_{}_defined", "val_{}_mean")
+    names = summary.get("metrics") or []
+    return {k.format(n): _number(summary.get(k.format(n))) for n in names for k in keys}
+
+
+def collect_runs(root: Path) -> pl.DataFrame:
+    """:func:`runs_frame` of every run folder under ``root`` (:func:`lightning_fed.reporting.read_runs`).
+
+    Raises:
+        ValueError: If ``root`` is not a directory, holds no run directory, or two runs share a
+            method label and a seed.
+    """
+    return runs_frame(read_runs(root))
+
+
+def _resolve_reference(methods: list[str], reference: str | None) -> str | None:
+    if reference is None:
+        return DEFAULT_REFERENCE if DEFAULT_REFERENCE in methods else None
+    if reference not in methods:
+        raise ValueError(
+            f"reference method {reference!r} is not among the runs' methods ({', '.join(sorted(methods))}); "
+            "name one of them"
+        )
+    return reference
+
+
+def _by_seed(runs: pl.DataFrame, method: str) -> dict[int, float | None]:
+    rows = runs.filter((pl.col("method") == method) & pl.col("seed").is_not_null())
+    return dict(zip(rows["seed"].to_list(), rows["test_auroc_mean"].to_list(), strict=True))
+
+
+def _paired(runs: pl.DataFrame, methods: list[str], reference: str | None) -> pl.DataFrame:
+    """``method``, ``n_paired``, ``diff_vs_ref``, ``diff_ci_low``/``high``, ``vs_ref``, ``reference``."""
+    rows = []
+    ref = _by_seed(runs, reference) if reference is not None else None
+    for method in methods:
+        row = {"method": method, "n_paired": None, "diff_vs_ref": None, "diff_ci_low": None}
+        row |= {"diff_ci_high": None, "vs_ref": NOT_APPLICABLE, "reference": reference}
+        if ref is not None and method != reference:
+            cmp = paired_comparison(_by_seed(runs, method), ref)
+            row |= {"n_paired": cmp.n_paired, "diff_vs_ref": cmp.mean, "diff_ci_low": cmp.ci_low}
+            row |= {"diff_ci_high": cmp.ci_high, "vs_ref": cmp.verdict}
+        rows.append(row)
+    schema = {"method": pl.String, "n_paired": pl.Int64, "diff_vs_ref": pl.Float64}
+    schema |= {"diff_ci_low": pl.Float64, "diff_ci_high": pl.Float64, "vs_ref": pl.String}
+    return pl.DataFrame(rows, schema=schema | {"reference": pl.String})
+
+
+def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
+    """Aggregate runs per method label, Table 1 style.
+
+    Args:
+        runs: The output of :func:`collect_runs`.
+        reference: Method label the paired differences compare to; ``None``: :data:`DEFAULT_REFERENCE`
+            when the runs have it, else no paired differences (all ``n/a``).
+
+    Returns:
+        One row per method: ``auroc_mean`` (mean over seeds of the per-run mean test AUROC),
+        ``auroc_std`` (sample std over seeds, ddof=1; null with one seed), ``n_seeds``; the paired
+        comparison to the reference over the seeds both have (same seed, same data; a seed either
+        lacks, or with no AUROC, is left out): ``n_paired``, ``diff_vs_ref`` (mean of method minus
+        reference), ``diff_ci_low``/``diff_ci_high`` (95 % Student-t interval,
+        d_bar -/+ t_{0.975,n-1} s_d/sqrt(n)), ``vs_ref`` (``better``/``worse`` when the interval
+        excludes 0, ``within noise`` when it contains 0, ``n/a`` below 2 shared seeds, for the
+        reference itself, or without a reference; the numbers are null then too, except the mean
+        difference with one shared seed), ``reference`` (its label, null without one); then the
+        means over seeds of ``bytes_vs_fedavg``, ``isolation_rate``, ``mean_partners`` (E|P_i|),
+        ``rounds``, ``wall_seconds`` and the :data:`DIAGNOSTICS` (nulls ignored; null when no run of
+        the method has the value). Sorted by ``auroc_mean`` descending (ties by method).
+
+    Raises:
+        ValueError: If ``reference`` is given but no run has that method label.
+    """
+    missing = [name for name in DIAGNOSTICS if name not in runs.columns]  # a frame built by hand
+    runs = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias(name) for name in missing)
+    table = (
+        runs.group_by("method")
+        .agg(
+            pl.col("test_auroc_mean").mean().alias("auroc_mean"),
+            pl.col("test_auroc_mean").std(ddof=1).alias("auroc_std"),
+            pl.len().cast(pl.Int64).alias("n_seeds"),
+            pl.col("bytes_vs_fedavg").mean(),
+            pl.col("isolation_rate").mean(),
+            pl.col("mean_partners").mean(),
+            pl.col("rounds").mean(),
+            pl.col("wall_seconds").mean(),
+            *(pl.col(name).mean() for name in DIAGNOSTICS),
+        )
+        .sort(["auroc_mean", "method"], descending=[True, False], nulls_last=True)
+    )
+    methods = table["method"].to_list()
+    paired = _paired(runs, methods, _resolve_reference(methods, reference))
+    front = table.select("method", "auroc_mean", "auroc_std", "n_seeds")
+    return pl.concat([front, paired.drop("method"), table.drop(front.columns)], how="horizontal")
+
+
+def _reference(table: pl.DataFrame) -> str | None:
+    if "reference" not in table.columns:
+        return None
+    names = table["reference"].drop_nulls()
+    return names[0] if names.len() else None
+
+
+def _diff_cell(r: dict) -> str:
+    if r["diff_vs_ref"] is None:
+        return "-"
+    cell = f"{r['diff_vs_ref']:+.3f}"
+    if r["diff_ci_low"] is not None and r["diff_ci_high"] is not None:
+        cell += f" [{r['diff_ci_low']:+.3f}, {r['diff_ci_high']:+.3f}]"
+    if r["n_paired"] != r["n_seeds"]:
+        cell += f" (n={r['n_paired']})"
+    return cell
+
+
+def to_markdown(table: pl.DataFrame) -> str:
+    """Render :func:`table1`'s output as the main markdown table (``table1.md``), then a legend.
+
+    Cells: AUROC ``0.823 ± 0.010`` (mean ± sample std over seeds, ddof=1; no ``±`` with one seed),
+    bandwidth ``1.50x``, isolation ``2.2 %``, E|P_i| ``0.98``, rounds ``50``, wall ``33`` seconds,
+    and, when the table has a reference method, the paired difference to it
+    ``+0.018 [-0.004, +0.040]`` (mean [95 % CI]; ``(n=3)`` added when fewer seeds were paired than
+    the method has) and the verdict (``better``, ``worse``, ``within noise``, ``n/a``); ``-`` where
+    undefined. The diagnostics are in :func:`diagnostics_markdown`.
+    """
+    reference = _reference(table)
+    header = [
+        "method",
+        "test AUROC",
+        "seeds",
+        "bytes vs FedAvg",
+        "isolation",
+        "E\\|P_i\\|",
+        "rounds",
+        "wall (s)",
+    ]
+    if reference is not None:
+        header += [f"Δ AUROC vs {reference} [95 % CI]", f"vs {reference}"]
+    rows = []
+    for r in table.iter_rows(named=True):
+        auroc = number(r["auroc_mean"], ".3f")
+        if r["auroc_std"] is not None and auroc != "-":
+            auroc += f" ± {r['auroc_std']:.3f}"
+        cells = [
+            r["method"],
+            auroc,
+            str(r["n_seeds"]),
+            number(r["bytes_vs_fedavg"], ".2f", "x"),
+            percent(r["isolation_rate"]),
+            number(r["mean_partners"], ".2f"),
+            number(r["rounds"], ".0f"),
+            number(r["wall_seconds"], ".0f"),
+        ]
+        if reference is not None:
+            cells += [_diff_cell(r), r["vs_ref"]]
+        rows.append(cells)
+    legend = "test AUROC: mean ± sample standard deviation (ddof=1) over seeds."
+    if reference is not None:
+        legend += (
+            f" Δ AUROC vs {reference}: mean over the seeds both methods have of the per-seed difference,"
+            " with the 95 % Student-t interval d̄ ± t(0.975, n-1)·s_d/√n; within noise: the interval"
+            " contains 0; n/a: fewer than 2 shared seeds, or the reference itself."
+        )
+    return markdown_table(header, rows, legend)
+
+
+def write_table(df: pl.DataFrame, path_stem: str | Path) -> tuple[Path, Path]:
+    """Write ``<stem>.md`` (see :func:`to_markdown`) and ``<stem>.csv`` (every column), atomically.
+
+    Args:
+        df: The output of :func:`table1`.
+        path_stem: Destination without suffix, e.g. ``runs/report/table1``.
+
+    Returns:
+        The markdown and CSV paths.
+    """
+    return write_pair(to_markdown(df), df, path_stem)
+
+
+def spec(reference: str | None = None) -> TableSpec:
+    """``table1.md`` / ``table1.csv`` with the paired differences to ``reference`` (:func:`table1`)."""
+    return TableSpec(
+        "table1.md",
+        runs_frame,
+        lambda runs: to_markdown(table1(runs, reference)),
+        "ABPS Table 1: per method test AUROC mean ± SD over seeds, paired difference to the reference, "
+        "bandwidth, isolation, E|P_i|, rounds, wall",
+        csv=lambda runs: table1(runs, reference),
+    )
+
+
+def write_runs(runs: pl.DataFrame, path: str | Path) -> Path:
+    """Write the per-run table (:func:`collect_runs`, every column, e.g. ``restored_best`` and
+    ``best_round``) as CSV, atomically.
+
+    Args:
+        runs: The output of :func:`collect_runs`.
+        path: Destination, e.g. ``runs/report/runs.csv``.
+
+    Returns:
+        ``path``.
+    """
+    from lightning_fed.io import write_text
+
+    return write_text(path, runs.write_csv())
