@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -66,6 +67,9 @@ from pathlib import Path
 from lightning_fed.processes import PARENT_ENV, RunProcesses
 
 __all__ = ["PARENT_ENV", "Cell", "SweepRun", "expand", "plan", "run_sweep"]
+
+#: What a grid key may be: a plain name (no path separator, no '-', which joins keys).
+_PLAIN = re.compile(r"[A-Za-z0-9_.]+")
 
 #: A grid: groups of ``{key: layer file}``, one key per group per run.
 Grid = Sequence[Mapping[str, str | Path]]
@@ -123,8 +127,9 @@ def expand(configs: Sequence[str | Path] = (), grids: Sequence[Grid] = ()) -> li
 
     Raises:
         FileNotFoundError: If a config or layer file does not exist.
-        ValueError: On an empty grid or group, a key used twice within one grid, a key with ``-``,
-            or two cells with the same name.
+        ValueError: On an empty grid or group, a key used twice within one grid, a key that is not a
+            plain name (``-``, ``/``, ``..``: it would name a folder outside the output), or two cells
+            with the same name.
     """
     missing = [str(c) for c in configs if not Path(c).is_file()]
     if missing:
@@ -137,9 +142,12 @@ def expand(configs: Sequence[str | Path] = (), grids: Sequence[Grid] = ()) -> li
         keys = [k for group in groups for k in group]
         if len(set(keys)) != len(keys):
             raise ValueError(f"{where}: a key appears in two groups: {keys}")
-        bad = [k for k in keys if "-" in k or not k]
+        bad = [k for k in keys if not _PLAIN.fullmatch(k) or k in (".", "..")]
         if bad:
-            raise ValueError(f"{where}: keys name run folders (joined by '-'); rename {bad} without '-'")
+            raise ValueError(
+                f"{where}: keys name run folders (joined by '-'): rename {bad} without '-' or '/' "
+                "(letters, digits, '_' and '.' only)"
+            )
         missing = sorted({f"{k}: {f}" for group in groups for k, f in group.items() if not Path(f).is_file()})
         if missing:
             raise FileNotFoundError(f"{where}: no such layer file: {', '.join(missing)}")

@@ -6,7 +6,9 @@ stateful observer (early stopping), so ``lightning-fed fit --resume RUN_DIR`` co
 where the last checkpoint left off: every random draw derives from (seed, purpose, round), so
 no generator state needs saving. It also holds the run's config fingerprint and the fingerprinted
 config (:mod:`lightning_fed.runfolder.fingerprint`), so a resume or a re-test with another config is
-refused naming the keys that differ.
+refused naming the keys that differ, and the fingerprint of the data it was trained on
+(:func:`~lightning_fed.data.fingerprint.data_fingerprint`), so a resume or a re-test on data that
+changed since (an edited table) is refused too.
 
 Checkpoints are read with ``torch.load(weights_only=True)``
 (:func:`~lightning_fed.runfolder.state.read_checkpoint`): everything saved is tensors and plain
@@ -19,11 +21,13 @@ one-process layout, so a checkpoint resumes with any number of processes.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lightning_fed.callbacks.base import Callback
+from lightning_fed.data.fingerprint import data_fingerprint
 from lightning_fed.io import save_torch
 from lightning_fed.runfolder import config_fingerprint, fingerprinted
 from lightning_fed.runfolder.state import read_checkpoint
@@ -63,6 +67,7 @@ class Checkpoint(Callback):
             "callbacks": [cb.state_dict() for cb in self.stateful],
             "fingerprint": self.fingerprint,
             "config": self.config,
+            "data_fingerprint": data_fingerprint(federation.data),
         }
         if federation.fabric.is_global_zero:
             save_torch(self.path, state)
@@ -82,6 +87,19 @@ class Checkpoint(Callback):
                 holds state that does not fit this federation (another model or number of centers).
         """
         state = read_checkpoint(self.path)
+        saved, built = state.get("data_fingerprint"), data_fingerprint(federation.data)
+        if saved is None:
+            print(
+                f"lightning-fed: warning: {self.path} has no data fingerprint (an older run): cannot check "
+                "that the data is the data it was trained on",
+                file=sys.stderr,
+            )
+        elif saved != built:
+            raise ValueError(
+                f"checkpoint {self.path} was trained on other data (data fingerprint {saved}, the data built "
+                f"now {built}): the source's files or their contents changed since the fit; restore them, "
+                "or start a new run"
+            )
         callbacks = state.get("callbacks", [])
         if len(callbacks) != len(self.stateful):
             raise ValueError(

@@ -105,6 +105,11 @@ def _build_run(
             start = checkpoint.restore(federation)
         except ValueError as err:
             fail(f"--resume {run_dir}: {err}")
+        if init.trainer.rounds < start:
+            fail(
+                f"--resume {run_dir}: trainer.rounds={init.trainer.rounds} is below the {start} rounds the "
+                f"checkpoint has trained; give --trainer.rounds >= {start} (or start a new run)"
+            )
         print(f"lightning-fed: resuming {run_dir} from round {start}")
     if fabric.is_global_zero:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -153,6 +158,7 @@ def _setting(init: Any) -> dict[str, str] | None:
 
 def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run_dir: Path) -> dict[str, Any]:
     """Run the federation and write ``summary.json`` (rank 0)."""
+    from lightning_fed.data.fingerprint import data_fingerprint
     from lightning_fed.io import write_json
 
     fabric = federation.fabric
@@ -169,6 +175,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         run_dir=str(run_dir),
         versions=_package_versions(),
         config_fingerprint=fingerprint,
+        data_fingerprint=data_fingerprint(federation.data),
     )
     setting = _setting(init)
     if setting is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from lightning_fed.processes import fail, interrupt_code
 
@@ -13,8 +14,6 @@ __all__ = ["sweep"]
 def sweep(argv: Sequence[str]) -> dict[str, str]:
     """``lightning-fed sweep --config SWEEP.yaml``: every config x every seed, skipping finished runs."""
     from jsonargparse import ActionConfigFile, ArgumentParser
-
-    from lightning_fed.sweep import plan, run_sweep
 
     parser = ArgumentParser(prog="lightning-fed sweep", description="Run a grid of configs x seeds.")
     parser.add_argument("--config", action=ActionConfigFile, help="sweep YAML (see lightning_fed/sweep.py)")
@@ -39,6 +38,28 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
         help="stems / keys passed as refer --baselines (a list, or a map: referral key -> list)",
     )
     args = parser.parse_args(list(argv))
+    from pathlib import Path
+
+    from lightning_fed.runfolder.lock import RunFolderBusyError, RunLock
+
+    lock = RunLock(Path(args.output))
+    try:
+        lock.acquire()  # one sweep per output folder: a second one would run and log the same cells
+    except RunFolderBusyError:
+        fail(
+            f"sweep: another sweep ({RunLock.holder(args.output)}) is writing {args.output}; wait for it to "
+            "finish or give another --output"
+        )
+    try:
+        return _run(args)
+    finally:
+        lock.release()
+
+
+def _run(args: Any) -> dict[str, str]:
+    """Plan and run the sweep of the parsed ``args`` (the output folder's lock is held)."""
+    from lightning_fed.sweep import plan, run_sweep
+
     try:
         runs = plan(args.configs, args.seeds, args.output, args.refer, args.refer_baselines, args.grids)
         pending = sum(not r.done for r in runs)

@@ -11,6 +11,15 @@ from lightning_fed.config import LoggerConfig
 from lightning_fed.wandb_logger import FederationWandbLogger, log_job, section_key
 
 
+@pytest.fixture(autouse=True)
+def _rank_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process is rank 0: an earlier test of the session (a spawned DDP run) may have left
+    Lightning's ``rank_zero_only.rank`` at another rank, which silences ``log_metrics``."""
+    from lightning.pytorch.utilities import rank_zero_only
+
+    monkeypatch.setattr(rank_zero_only, "rank", 0)
+
+
 class FakeRun:
     """Records what the logger does with its W&B run."""
 
