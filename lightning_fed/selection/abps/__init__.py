@@ -7,6 +7,8 @@
 * :mod:`~lightning_fed.selection.abps.policy`: how peers are scored from the posterior (``UCB``,
   ``ScaledUCB``, ``Thompson``), as a score table read by blocks (``PairScores``);
 * :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22);
+* :mod:`~lightning_fed.selection.abps.regression`: ``PairRegression``, a policy on pair features that
+  shares strength across peers;
 * :mod:`~lightning_fed.selection.abps.rest`: acceptance rules whose rest can fire (Lemma 1),
   ``PosteriorExceedance``.
 """
@@ -24,6 +26,7 @@ from lightning_fed.selection.abps.policy import (
     Thompson,
 )
 from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues, clip_utility
+from lightning_fed.selection.abps.regression import PairRegression
 from lightning_fed.selection.abps.rest import AcceptanceRule, PosteriorExceedance, negative_transfer_threshold
 from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
 from lightning_fed.selection.abps.shapley import (
@@ -46,6 +49,7 @@ __all__ = [
     "BetaPosterior",
     "DenseScores",
     "GoalFilter",
+    "PairRegression",
     "PairScores",
     "PairValues",
     "PosteriorExceedance",

@@ -102,11 +102,17 @@ class BayesianSelector(PartnerSelector):
             )
         self.acceptance = acceptance
 
+    def declare(self, attributes: list[dict[str, Any]]) -> None:
+        """The centers' declared attributes (``center.attributes``, one dict per center), public like
+        the descriptors; given before :meth:`setup`, which passes them to the policy's ``bind``."""
+        self.declared = [dict(a) for a in attributes]
+
     def setup(self, metadata: Tensor, seed: int) -> None:
         """Fresh posteriors (Alg. 1 lines 4-9) and the candidate sets from the descriptors."""
         c = metadata.shape[0]
         self.seed = seed
         self.posterior = BetaPosterior(c, self.alpha0, self.beta0)
+        self.policy.bind(metadata, getattr(self, "declared", None))
         self.policy.setup()
         if self.acceptance is not None:
             self.acceptance.setup(negative_transfer_threshold(self.phi_min, self.phi_max))
