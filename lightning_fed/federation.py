@@ -79,13 +79,24 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
-from lightning_fed.metrics import batched_auroc, fragile_auroc, round_isolation, run_isolation, summarize
+from lightning_fed.metrics import (
+    batched_auroc,
+    batched_brier,
+    batched_likelihood,
+    fragile_auroc,
+    round_isolation,
+    run_isolation,
+    summarize,
+)
 from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics, resolve_metrics
 from lightning_fed.models.adapter import as_center_module
 from lightning_fed.models.base import CenterModule
 from lightning_fed.precision import PrecisionPolicy, policy_of
 from lightning_fed.seeding import derive_seed
 from lightning_fed.types import FinishContext, ObserverNeeds, RoundContext, RoundResult, TrainerConfig
+
+#: Validation utilities of :meth:`Federation.val_utility` (issue 30: the Shapley utility's choices).
+_UTILITIES = {"auroc": batched_auroc, "log_likelihood": batched_likelihood, "brier": batched_brier}
 
 __all__ = ["Federation"]
 
@@ -280,13 +291,26 @@ class Federation:
         return evaluate(self.engine, self.center_params(), split_set, self.metrics)
 
     @torch.no_grad()
-    def val_utility(self, params: dict[str, Tensor], centers: Tensor, chunk: int = 256) -> Tensor:
-        """Validation AUROC ``[Q]`` of stacked models ``params`` (``[Q, ...]``), model ``q`` on center
+    def val_utility(
+        self, params: dict[str, Tensor], centers: Tensor, chunk: int = 256, metric: str = "auroc"
+    ) -> Tensor:
+        """Validation utility ``[Q]`` of stacked models ``params`` (``[Q, ...]``), model ``q`` on center
         ``centers[q]``'s own validation split (see :class:`~lightning_fed.types.RoundContext`).
 
         Models are taken in order of their center's validation size and each chunk is cut to its
         longest split, so small centers are not padded to the largest one.
+
+        Args:
+            params: Stacked models.
+            centers: The center of each model ``[Q]``.
+            chunk: Models per forward.
+            metric: ``"auroc"`` (the paper's, NaN on a one-class split), ``"log_likelihood"`` (the
+                geometric-mean likelihood, :func:`~lightning_fed.metrics.likelihood.batched_likelihood`)
+                or ``"brier"`` (``1 -`` Brier score); the last two are defined on any non-empty split.
         """
+        score = _UTILITIES.get(metric)
+        if score is None:
+            raise ValueError(f"val_utility metric must be one of {sorted(_UTILITIES)}, got {metric!r}")
         sizes = self.val.mask.sum(1)[centers.cpu()]
         order = torch.argsort(sizes, stable=True)
         out = torch.empty(centers.shape[0], dtype=torch.float64)
@@ -296,7 +320,7 @@ class Federation:
             width = max(1, int(sizes[sel].max()))
             p = {n: t.index_select(0, sel.to(t.device)) for n, t in params.items()}
             logits = self.engine.predict(p, self.val.x[idx, :width]).float().cpu()
-            out[sel] = batched_auroc(logits, self.val.y[idx, :width], self.val.mask[idx, :width])
+            out[sel] = score(logits, self.val.y[idx, :width], self.val.mask[idx, :width]).cpu()
         return out
 
     def fit(self) -> dict[str, Any]:

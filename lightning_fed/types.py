@@ -30,15 +30,16 @@ class RoundContext:
         seed: The run seed (derive generators from it with :mod:`lightning_fed.seeding`).
         val_utility: ``val_utility(params, centers)`` evaluates stacked models ``{name: [Q, ...]}``,
             model ``q`` on center ``centers[q]``'s own validation split, and returns the AUROC
-            ``[Q]`` (NaN where undefined). Batched; this is how Shapley utilities are computed
-            without any row leaving its center.
+            ``[Q]`` (NaN where undefined); ``metric="log_likelihood"`` or ``"brier"`` (keyword) returns
+            that utility instead (:meth:`~lightning_fed.federation.Federation.val_utility`). Batched;
+            this is how Shapley utilities are computed without any row leaving its center.
         rounds: The run's round budget (``trainer.rounds``), for schedules over the run; None when
             the caller has none (a hand-built context).
     """
 
     round: int
     seed: int
-    val_utility: Callable[[dict[str, Tensor], Tensor], Tensor]
+    val_utility: Callable[..., Tensor]
     rounds: int | None = None
 
 

@@ -164,6 +164,8 @@ class ABPS(Algorithm):
         super().setup(data, module, seed)
         self.seed = seed
         self.metadata = data.metadata()
+        if isinstance(self.selector, BayesianSelector):  # public attributes, for policies on pair features
+            self.selector.declare([c.attributes for c in data.centers])
         self.selector.setup(self.metadata, seed)
         if self.selector.partners_everyone(self.num_centers):
             _log.warning(

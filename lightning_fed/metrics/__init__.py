@@ -19,6 +19,7 @@ from lightning_fed.metrics.batched import (
     predicted_class,
 )
 from lightning_fed.metrics.isolation import round_isolation, run_isolation
+from lightning_fed.metrics.likelihood import batched_brier, batched_likelihood
 from lightning_fed.metrics.summary import MetricSummary, summarize
 
 __all__ = [
@@ -28,6 +29,8 @@ __all__ = [
     "batched_accuracy",
     "batched_auroc",
     "batched_balanced_accuracy",
+    "batched_brier",
+    "batched_likelihood",
     "batched_macro_auroc",
     "fragile_auroc",
     "pooled_auroc",

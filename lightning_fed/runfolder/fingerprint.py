@@ -69,6 +69,8 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector": None,  # None: a peer method's own partners (its topology, WPFed's LSH)
     "algorithm.init_args.server_optimizer": None,  # None: the average (or the server_momentum alias)
     "data.init_args.partition.init_args.num_centers": None,  # None: the source's own center count
+    "algorithm.init_args.selector.init_args.acceptance": None,  # None: Eq. 7's line 19 (issue 30)
+    "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
 }
 
 

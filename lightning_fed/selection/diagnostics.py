@@ -18,8 +18,8 @@ measure both from one round's partner sets, so a run shows the mechanism instead
   - ``no_candidates``: it had no candidate (filter, unpublished descriptor, every candidate down);
   - ``no_capacity``: some candidate would have accepted it on score, but every such candidate was
     full when it proposed, and it accepted nobody (the matching's capacity);
-  - ``rejected``: no candidate's score on it cleared ``tau_acc`` and it accepted no proposal: the
-    Lemma 1 rest.
+  - ``rejected``: no candidate's score on it cleared ``tau_acc`` and it accepted no proposal (with
+    a mutual acceptance rule: no candidate passed both ends' tests): the Lemma 1 rest.
 """
 
 from __future__ import annotations
@@ -76,11 +76,15 @@ class MatchRecord:
             a ``[C, C]`` matrix or a table with ``cols`` (:class:`ScoreColumns`), or None when
             acceptance does not depend on a score (everyone accepts).
         tau_acc: The acceptance threshold.
+        mutual: Whether the proposer had to accept too (``scores[i, j] >= tau_acc``; an acceptance
+            rule's matching): a center whose own scores refuse every candidate counts as
+            ``rejected``. ``scores`` then needs ``rows`` as well (a matrix or a ``PairScores``).
     """
 
     candidates: Tensor
     scores: Tensor | ScoreColumns | None = None
     tau_acc: float = 0.0
+    mutual: bool = False
 
 
 def rest_causes(partners: list[list[int]], available: Tensor, match: MatchRecord | None) -> dict[str, int]:
@@ -116,6 +120,12 @@ def rest_causes(partners: list[list[int]], available: Tensor, match: MatchRecord
         else:
             on_me = match.scores.cols(rows)
         accepts_me = cand & (on_me.transpose(0, 1) >= match.tau_acc)
+        if match.mutual:  # ... and rows[b] accepts candidate j
+            if isinstance(match.scores, Tensor):
+                mine = match.scores.index_select(0, rows.to(match.scores.device)).to("cpu", torch.float64)
+            else:
+                mine = match.scores.rows(rows)
+            accepts_me &= mine >= match.tau_acc
     would = accepts_me.any(1)
     out["no_capacity"] = int((has & would).sum())
     out["rejected"] = int((has & ~would).sum())

@@ -6,7 +6,11 @@
 * :mod:`~lightning_fed.selection.abps.ucb`: upper confidence bound (Eq. 7);
 * :mod:`~lightning_fed.selection.abps.policy`: how peers are scored from the posterior (``UCB``,
   ``ScaledUCB``, ``Thompson``), as a score table read by blocks (``PairScores``);
-* :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22).
+* :mod:`~lightning_fed.selection.abps.matching`: propose-reject matching with rest (lines 13-22);
+* :mod:`~lightning_fed.selection.abps.regression`: ``PairRegression``, a policy on pair features that
+  shares strength across peers;
+* :mod:`~lightning_fed.selection.abps.rest`: acceptance rules whose rest can fire (Lemma 1),
+  ``PosteriorExceedance``.
 """
 
 from lightning_fed.selection.abps.credit import ShapleyCredit
@@ -22,6 +26,8 @@ from lightning_fed.selection.abps.policy import (
     Thompson,
 )
 from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues, clip_utility
+from lightning_fed.selection.abps.regression import PairRegression
+from lightning_fed.selection.abps.rest import AcceptanceRule, PosteriorExceedance, negative_transfer_threshold
 from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
 from lightning_fed.selection.abps.shapley import (
     coalitions_exact,
@@ -38,12 +44,15 @@ from lightning_fed.selection.abps.ucb import ucb
 __all__ = [
     "GOALS",
     "UCB",
+    "AcceptanceRule",
     "BayesianSelector",
     "BetaPosterior",
     "DenseScores",
     "GoalFilter",
+    "PairRegression",
     "PairScores",
     "PairValues",
+    "PosteriorExceedance",
     "ScaledUCB",
     "SelectionPolicy",
     "ShapleyCredit",
@@ -56,6 +65,7 @@ __all__ = [
     "exact_shapley",
     "exact_shapley_batched",
     "goal_scores",
+    "negative_transfer_threshold",
     "propose_reject",
     "shapley_values",
     "shapley_weights",

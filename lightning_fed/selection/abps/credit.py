@@ -23,6 +23,13 @@ for bit (``tests/selection/test_shapley.py`` compares them).
 Undefined utility: a center whose validation split has a single class has no AUROC, so every
 ``U_i`` is NaN and its Shapley values are undefined; such a center makes no observation that
 round (its posterior is left unchanged: no information is not evidence of zero utility).
+
+The utility (issue 30, ``utility``): ``auroc`` is the paper's (the default; the call is the one of
+before, so every run is unchanged); ``log_likelihood`` is the geometric-mean likelihood
+``exp(mean_k log p(y_k | x_k))`` of the receiver's validation rows and ``brier`` is ``1 -`` their
+Brier score (:mod:`lightning_fed.metrics.likelihood`: both in ``[0, 1]``, derivation of the map
+there). Both are defined on every non-empty split, so the centers whose split has no positive
+(or no negative), which never observe under the AUROC, observe every round they have partners.
 """
 
 from __future__ import annotations
@@ -41,7 +48,10 @@ from lightning_fed.selection.abps.shapley import (
 )
 from lightning_fed.types import RoundContext
 
-__all__ = ["Coalitions", "ShapleyCredit", "coalition_coefficients"]
+__all__ = ["UTILITIES", "Coalitions", "ShapleyCredit", "coalition_coefficients"]
+
+#: The coalition utilities ``U_i(S)`` a :class:`ShapleyCredit` can use (module docstring).
+UTILITIES: tuple[str, ...] = ("auroc", "log_likelihood", "brier")
 
 
 @dataclass(frozen=True)
@@ -182,6 +192,8 @@ class ShapleyCredit:
         exact_max: Largest number of partners for exact Shapley (paper: 5).
         num_permutations: TMC permutations above that (paper: 8).
         truncation_tol: TMC truncation tolerance (0: no truncation, unbiased).
+        utility: The coalition utility on the receiver's validation split: ``auroc`` (the paper's,
+            default), ``log_likelihood`` (geometric-mean likelihood) or ``brier`` (``1 -`` Brier).
 
     Attributes:
         chunk_bytes: Most bytes of coalition parameters (shared and personal) built and evaluated at
@@ -191,11 +203,23 @@ class ShapleyCredit:
 
     chunk_bytes: int = 128 * 2**20
 
-    def __init__(self, exact_max: int = 5, num_permutations: int = 8, truncation_tol: float = 0.0) -> None:
+    def __init__(
+        self,
+        exact_max: int = 5,
+        num_permutations: int = 8,
+        truncation_tol: float = 0.0,
+        utility: str = "auroc",
+    ) -> None:
         if exact_max < 0:
             raise ValueError(f"shapley.exact_max must be >= 0, got {exact_max}")
         if num_permutations < 1:
             raise ValueError(f"shapley.num_permutations must be >= 1, got {num_permutations}")
+        if utility not in UTILITIES:
+            raise ValueError(
+                "algorithm.init_args.shapley.init_args.utility must be one of "
+                f"{list(UTILITIES)}, got {utility!r}"
+            )
+        self.utility = utility
         self.exact_max, self.num_permutations, self.truncation_tol = (
             exact_max,
             num_permutations,
@@ -258,7 +282,10 @@ class ShapleyCredit:
                 mixed = torch.sparse.mm(coeff.to(device=stacked.device, dtype=stacked.dtype), stacked)
                 params[name] = mixed.reshape(hi - lo, *p.shape[1:])
             params.update({name: p.index_select(0, centers.to(p.device)) for name, p in personal.items()})
-            values = torch.as_tensor(ctx.val_utility(params, centers))
+            if self.utility == "auroc":  # the call of before (a hand-built context may take 2 arguments)
+                values = torch.as_tensor(ctx.val_utility(params, centers))
+            else:
+                values = torch.as_tensor(ctx.val_utility(params, centers, metric=self.utility))
             utility[lo:hi] = values.reshape(-1).to("cpu", torch.float64)
             del params
         return self._values(plan, utility)

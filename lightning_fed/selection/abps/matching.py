@@ -29,6 +29,9 @@ we keep them, as line 20 intends). The proposer does not test its own UCB: a cen
 every peer below ``tau_acc`` still proposes, and pairs with any peer that rates *it* high enough.
 So a center rests only when every candidate rejects it (or is full) and it rejects, or is not
 reached by, every proposal made to it.
+With an acceptance rule (``accept``, ``mutual=True``: :mod:`~lightning_fed.selection.abps.rest`)
+the proposer does test it: a pair forms only when both ends accept, so a center that accepts no
+candidate rests whatever the others think of it.
 
 Implementation (issue 17). The proposals are processed in blocks of :data:`BLOCK_ROWS` proposers,
 in the proposal order: for a block, only the proposers that still have a free slot get their
@@ -75,6 +78,8 @@ def propose_reject(
     tau_acc: float,
     epsilon: float,
     generator: torch.Generator,
+    accept: Tensor | PairScores | None = None,
+    mutual: bool = False,
 ) -> list[list[int]]:
     """One round of Algorithm 1 lines 13-22: who exchanges with whom.
 
@@ -97,6 +102,13 @@ def propose_reject(
         tau_acc: Acceptance threshold on the receiver's UCB (paper: 0.5).
         epsilon: Probability of the exploration swap, in ``[0, 1)``.
         generator: Source of every random draw (derive it from ``(seed, purpose, round)``).
+        accept: The acceptance table tested against ``tau_acc`` (``accept[j, i] >= tau_acc``: ``j``
+            accepts ``i``), when it is not ``ucb`` itself (an
+            :class:`~lightning_fed.selection.abps.rest.AcceptanceRule`'s); None: ``ucb`` (line 19).
+        mutual: Whether the proposer tests it too: ``i`` proposes to ``j`` only if
+            ``accept[i, j] >= tau_acc``, and accepts ``j``'s proposal only if ``j`` passes both
+            ends' tests (a center that accepts no candidate pairs with nobody: Lemma 1's rest on
+            its own beliefs).
 
     Returns:
         Partner lists ``P_i`` (ascending ids), symmetric: ``j in P[i]`` iff ``i in P[j]``; an empty
@@ -120,6 +132,12 @@ def propose_reject(
         scores = DenseScores(ucb)
     if scores.has_nan():
         raise ValueError("ucb contains NaN")
+    if accept is None:
+        acceptance = scores
+    else:
+        acceptance = accept if isinstance(accept, PairScores) else DenseScores(accept)
+        if acceptance.num_centers != c or acceptance.has_nan():
+            raise ValueError(f"accept must be a [{c}, {c}] table without NaN")
     cand = candidates.to("cpu", torch.bool).clone().fill_diagonal_(False)
 
     order = torch.randperm(c, generator=generator)
@@ -149,7 +167,9 @@ def propose_reject(
             ranked[swapping, 0], ranked[swapping, pos] = other, top
         # Keep only candidates that would accept the proposer on score (ucb[j, i] >= tau_acc); the
         # capacity test |P_j| < kappa depends on earlier proposals and is made at the proposer's turn.
-        accepts = scores.cols(rows).transpose(0, 1) >= tau_acc  # [b, j]: j accepts rows[b] on score
+        accepts = acceptance.cols(rows).transpose(0, 1) >= tau_acc  # [b, j]: j accepts rows[b] on score
+        if mutual:  # ... and rows[b] itself accepts j
+            accepts &= acceptance.rows(rows) >= tau_acc
         keep = (positions[None, :] < size[rows, None]) & accepts.gather(1, ranked)
         ranked_np, keep_np = ranked.numpy(), keep.numpy()
         for b, i in enumerate(rows.tolist()):

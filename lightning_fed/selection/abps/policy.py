@@ -191,6 +191,11 @@ class SelectionPolicy(ABC):
     def setup(self) -> None:  # noqa: B027 (stateless by default)
         """Forget everything learned (called by the selector's ``setup``, before a run)."""
 
+    def bind(self, metadata: Tensor, attributes: list[dict[str, Any]] | None) -> None:  # noqa: B027
+        """The centers' public descriptors ``[C, d]`` and declared attributes (one dict per center, or
+        None), given by the selector's ``setup`` before :meth:`setup`; unused by default (a policy on
+        pair features, :class:`~lightning_fed.selection.abps.regression.PairRegression`, reads them)."""
+
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:  # noqa: B027
         """This round's clipped observations: center ``i[e]`` saw ``phi_bar[e]`` from ``j[e]`` (no-op
         by default; :class:`ScaledUCB` estimates its noise scale from them)."""

@@ -25,6 +25,7 @@ from lightning_fed.selection.abps.filter import GoalFilter
 from lightning_fed.selection.abps.matching import propose_reject
 from lightning_fed.selection.abps.policy import UCB, SelectionPolicy
 from lightning_fed.selection.abps.posterior import BetaPosterior, clip_utility
+from lightning_fed.selection.abps.rest import AcceptanceRule, negative_transfer_threshold
 from lightning_fed.selection.base import SELECTOR_KEY, PartnerSelector
 from lightning_fed.selection.diagnostics import MatchRecord
 
@@ -47,7 +48,12 @@ class BayesianSelector(PartnerSelector):
         filter: Optional goal-aware pre-filter; None admits every peer (base ABPS).
         policy: How peers are scored from the posterior
             (:mod:`~lightning_fed.selection.abps.policy`: ``UCB``, the paper's Eq. 7, the default;
-            ``ScaledUCB``; ``Thompson``). The same scores rank proposals and decide acceptance.
+            ``ScaledUCB``; ``Thompson``). The same scores rank proposals and decide acceptance,
+            unless ``acceptance`` is set.
+        acceptance: Who accepts whom, in place of ``policy score >= tau_acc`` (Eq. 7's line 19, the
+            default, None): an :class:`~lightning_fed.selection.abps.rest.AcceptanceRule` such as
+            :class:`~lightning_fed.selection.abps.rest.PosteriorExceedance`, whose rest can fire
+            (Lemma 1); ``tau_acc`` is then unused and the policy only ranks.
     """
 
     learns = True
@@ -64,6 +70,7 @@ class BayesianSelector(PartnerSelector):
         phi_max: float = 0.1,
         filter: GoalFilter | None = None,
         policy: SelectionPolicy | None = None,
+        acceptance: AcceptanceRule | None = None,
     ) -> None:
         if kappa < 1:
             raise ValueError(
@@ -89,13 +96,26 @@ class BayesianSelector(PartnerSelector):
                 f"under {SELECTOR_KEY}.policy.init_args instead"
             )
         self.policy: SelectionPolicy = policy if policy is not None else UCB(self.gamma)
+        if acceptance is not None and not isinstance(acceptance, AcceptanceRule):
+            raise ValueError(
+                f"{SELECTOR_KEY}.acceptance must be an AcceptanceRule, got {type(acceptance).__name__}"
+            )
+        self.acceptance = acceptance
+
+    def declare(self, attributes: list[dict[str, Any]]) -> None:
+        """The centers' declared attributes (``center.attributes``, one dict per center), public like
+        the descriptors; given before :meth:`setup`, which passes them to the policy's ``bind``."""
+        self.declared = [dict(a) for a in attributes]
 
     def setup(self, metadata: Tensor, seed: int) -> None:
         """Fresh posteriors (Alg. 1 lines 4-9) and the candidate sets from the descriptors."""
         c = metadata.shape[0]
         self.seed = seed
         self.posterior = BetaPosterior(c, self.alpha0, self.beta0)
+        self.policy.bind(metadata, getattr(self, "declared", None))
         self.policy.setup()
+        if self.acceptance is not None:
+            self.acceptance.setup(negative_transfer_threshold(self.phi_min, self.phi_max))
         if self.filter is None:
             self.candidates = ~torch.eye(c, dtype=torch.bool)
         else:
@@ -115,8 +135,22 @@ class BayesianSelector(PartnerSelector):
         candidates = self.candidates
         if available is not None:
             candidates = candidates & available.unsqueeze(0) & available.unsqueeze(1)
-        self.last_match = MatchRecord(candidates, scores, float(self.tau_acc))
-        return propose_reject(scores, candidates, self.kappa, self.tau_acc, self.epsilon, gen)
+        if self.acceptance is None:  # Eq. 7's line 19: the policy's scores against tau_acc
+            self.last_match = MatchRecord(candidates, scores, float(self.tau_acc))
+            return propose_reject(scores, candidates, self.kappa, self.tau_acc, self.epsilon, gen)
+        rule = self.acceptance
+        table = rule.table(self.posterior, round_idx + 1)
+        self.last_match = MatchRecord(candidates, table, float(rule.threshold), rule.mutual)
+        return propose_reject(
+            scores,
+            candidates,
+            self.kappa,
+            rule.threshold,
+            self.epsilon,
+            gen,
+            accept=table,
+            mutual=rule.mutual,
+        )
 
     def observe(self, i: Tensor, j: Tensor, phi: Tensor) -> None:
         """Fold Shapley values ``phi_{j->i}`` into ``i``'s beliefs about ``j`` (Eqs. 5-6)."""
@@ -124,15 +158,22 @@ class BayesianSelector(PartnerSelector):
             phi_bar = clip_utility(phi, self.phi_min, self.phi_max)
             self.posterior.update(i, j, phi_bar)
             self.policy.observe(i, j, phi_bar, self.posterior.num_centers)
+            if self.acceptance is not None:
+                self.acceptance.observe(i, j, phi_bar, self.posterior.num_centers)
 
     def state_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "posterior": self.posterior.state_dict(),
             "candidates": self.candidates.clone(),
             "policy": self.policy.state_dict(),
         }
+        if self.acceptance is not None:
+            out["acceptance"] = self.acceptance.state_dict()
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.posterior.load_state_dict(state["posterior"])
         self.candidates = state["candidates"].clone()
         self.policy.load_state_dict(state.get("policy", {}))
+        if self.acceptance is not None:
+            self.acceptance.load_state_dict(state.get("acceptance", {}))

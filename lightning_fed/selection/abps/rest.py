@@ -1,0 +1,225 @@
+r"""Acceptance rules with Lemma 1's meaning: a center rests when every peer's utility is below ``c_neg``.
+
+Why Eq. 7 cannot rest (the paper's rule, the default). Algorithm 1 line 19 accepts a proposal when
+the receiver's Eq. 7 score :math:`\mu + \gamma\sqrt{2\ln t/(n+1)}` is :math:`\ge \tau_{acc}`. With
+the Beta(1, 1) prior the lowest score a pair can hold at round ``t`` is reached when it has been
+observed in every earlier round (``n = t - 1``) with :math:`\bar\phi = 0` each time: the mean is
+:math:`1/(n + 2) = 1/(t + 1)` and the score is
+
+.. math:: s_{\min}(t) = \frac{1}{t+1} + \gamma\sqrt{\frac{2\ln t}{t}}
+          \overset{\gamma=\sqrt 2}{=} \frac{1}{t+1} + 2\sqrt{\frac{\ln t}{t}}.
+
+Both terms decrease in ``n`` for fixed ``t``, so this is the minimum over pairs; it decreases in ``t``
+for ``t >= 3`` and :math:`s_{\min}(50) = 1/51 + 2\sqrt{\ln 50/50} = 0.0196 + 0.5594 = 0.579 > 0.5`
+(:math:`s_{\min}(2) = 1.51`, :math:`s_{\min}(10) = 1.05`; at ``t = 1`` the bonus is 0 and every pair
+scores its prior mean 0.5, which is accepted). So with :math:`\tau_{acc} = 0.5` no pair can be
+rejected before ``t = 73`` (the first ``t`` with :math:`s_{\min}(t) < 0.5`), whatever the credits:
+``isolation_rejected = 0`` in a 50-round run is a property of the hyperparameters.
+
+The rule here (:class:`PosteriorExceedance`). Lemma 1 (Appendix C.3, Eq. 21) sets the
+negative-transfer threshold :math:`c_{neg} = -\phi_{\min}/(\phi_{\max}-\phi_{\min})` (0.5 for the
+paper's clip), the clipped mean utility at which one-peer collaboration breaks even; resting is
+Bayes-optimal when every peer's true :math:`\mu^\star_{i\to j} < c_{neg}`. The rule accepts peer
+``j`` only when the posterior probability that its utility exceeds :math:`c_{neg}` is at least
+``level``:
+
+.. math:: a_{i\to j} = P(u_{i\to j} > c_{neg} \mid \text{data})
+          = \Phi\!\left(\frac{(\mu_{i\to j} - c_{neg})\sqrt{n_{i\to j} + n_0}}{\sigma}\right)
+          \ge \text{level}.
+
+Derivation: model the clipped credits as :math:`\bar\phi_{ijk} \sim N(u_{ij}, \sigma^2)` with the
+prior :math:`u_{ij} \sim N(\alpha_0/n_0, \sigma^2/n_0)`, :math:`n_0 = \alpha_0 + \beta_0` (the Beta
+prior's pseudo-count at its mean). The conjugate posterior is
+:math:`N((\alpha_0 + \sum_k \bar\phi_{ijk})/(n_0 + n), \sigma^2/(n_0 + n))`: its mean is the Beta
+posterior mean :math:`\mu_{i\to j}` of Eq. 6 exactly; only the width differs. The Beta width is set
+by the pseudo-count (:math:`\approx 1/(2\sqrt{n+3})`, the worst case of a ``[0, 1]`` variable); here
+it is the noise of the credits themselves: :math:`\sigma` is the pooled within-pair standard
+deviation of :math:`\bar\phi` (one-way ANOVA residual over every observed pair, as
+:class:`~lightning_fed.selection.abps.policy.ScaledUCB` estimates it), 0.5 (the bound for a
+``[0, 1]`` variable) until some pair has two observations, floored at ``min_scale``; ``scale``
+fixes it instead.
+
+When it rests and when it does not. With ``z = Phi^{-1}(1 - level)`` center ``i`` refuses ``j`` iff
+its upper bound is below the threshold:
+
+.. math:: \mu_{i\to j} + z\,\sigma/\sqrt{n_{i\to j} + n_0} < c_{neg}.
+
+With ``mutual`` (default) the proposer applies the rule too (it proposes only to peers it accepts),
+so a partnership needs both ends' consent, and center ``i`` rests whenever it refuses every
+candidate: exactly Lemma 1's condition with the oracle mean replaced by a ``1 - level`` upper bound.
+It does **not** rest while (a) some candidate is unobserved and the prior mean is
+:math:`\ge c_{neg}` (Beta(1, 1): :math:`a = \Phi(0) = 0.5 \ge` level for any level <= 0.5, so every
+candidate is tried once), or (b) some candidate's upper bound reaches :math:`c_{neg}`, i.e. its
+credits are not clearly harmful. E.g. with :math:`\sigma = 0.1`, level 0.05 (``z = 1.645``) and
+``n0 = 2``, a peer observed once (:math:`\mu = (1 + \bar\phi)/3`, bound
+:math:`\mu + 0.1645/\sqrt 3 = \mu + 0.095`) is refused iff :math:`\bar\phi < 0.215` (a Shapley
+value below -0.057 on the paper's clip); after ``n`` observations at mean :math:`m`, iff
+:math:`(1 + n m)/(n + 2) < 0.5 - 0.1645/\sqrt{n + 2}`. A refused
+pair is not observed again (neither end proposes it), so the decision is final for that pair unless
+the noise estimate :math:`\sigma` grows; the epsilon swap of the matching only reorders proposals.
+Without ``mutual`` only the receiver tests (as Eq. 7's line 19): a center that refuses every peer
+can still be accepted by a peer that does not refuse it, so it rests only if those refuse it too.
+
+Scores: the acceptance table is a :class:`~lightning_fed.selection.abps.policy.SparseScores` of
+:math:`a_{i\to j}` (the observed pairs, plus one value for every unobserved pair), so nothing
+``[C, C]`` is built. Ranking is unchanged: the policy's scores order the proposals.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lightning_fed.selection.abps.policy import SparseScores
+from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues
+from lightning_fed.selection.base import SELECTOR_KEY
+from lightning_fed.validation import check_number
+
+__all__ = ["AcceptanceRule", "PosteriorExceedance", "negative_transfer_threshold"]
+
+_KEY = f"{SELECTOR_KEY}.acceptance.init_args"
+
+
+def negative_transfer_threshold(phi_min: float, phi_max: float) -> float:
+    """Lemma 1's ``c_neg = -phi_min / (phi_max - phi_min)`` (Eq. 21; 0.5 for the paper's clip)."""
+    return -phi_min / (phi_max - phi_min)
+
+
+class AcceptanceRule(ABC):
+    """Who accepts whom in the matching, in place of Eq. 7's ``score >= tau_acc``.
+
+    A rule returns one table per round, ``table[i, j]`` = center ``i``'s acceptance score of peer
+    ``j``; ``j`` accepts ``i``'s proposal iff ``table[j, i] >= threshold`` (and, when :attr:`mutual`,
+    ``i`` proposes to ``j`` only if ``table[i, j] >= threshold``).
+
+    Attributes:
+        mutual: Whether the proposer applies the rule to its own proposals too.
+        threshold: The level the table is compared with.
+    """
+
+    mutual: bool = True
+    threshold: float = 0.5
+
+    def setup(self, c_neg: float) -> None:  # noqa: B027 (stateless by default)
+        """Forget everything learned; ``c_neg`` is the selector's Eq. 21 threshold (used when the
+        rule has none of its own)."""
+
+    @abstractmethod
+    def table(self, posterior: BetaPosterior, t: int) -> SparseScores:
+        """The acceptance table at 1-based round ``t`` from the selector's posterior."""
+
+    def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:  # noqa: B027
+        """This round's clipped observations (no-op by default)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """State that must survive a checkpoint (none by default)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 (stateless by default)
+        """Restore :meth:`state_dict`."""
+
+
+class PosteriorExceedance(AcceptanceRule):
+    r"""Accept ``j`` iff ``P(u_{i->j} > c_neg | data) >= level`` (module docstring: derivation, rest).
+
+    Args:
+        c_neg: The negative-transfer threshold on the clipped utility (None: Lemma 1's Eq. 21 from
+            the selector's ``phi_min``/``phi_max``, 0.5 for the paper's clip), in ``[0, 1]``.
+        level: Smallest posterior probability of exceeding ``c_neg`` that is accepted, in
+            ``(0, 0.5]`` (0.5 or less keeps every unobserved pair acceptable under a prior mean
+            ``>= c_neg``; 0.05: refuse when the 95 % upper bound is below ``c_neg``).
+        scale: A fixed credit noise ``sigma`` (None: the pooled within-pair standard deviation).
+        min_scale: Floor of the estimated ``sigma`` (> 0).
+        mutual: Whether the proposer applies the rule too (needed for a center to rest on its own
+            beliefs; module docstring).
+    """
+
+    _DEFAULTS: ClassVar[dict[str, float]] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
+
+    def __init__(
+        self,
+        c_neg: float | None = None,
+        level: float = 0.05,
+        scale: float | None = None,
+        min_scale: float = 1e-3,
+        mutual: bool = True,
+    ) -> None:
+        if c_neg is not None:
+            c_neg = check_number(f"{_KEY}.c_neg", c_neg, 0.0, strict=False)
+            if c_neg > 1.0:
+                raise ValueError(f"{_KEY}.c_neg is a clipped utility and must be <= 1, got {c_neg}")
+        level = check_number(f"{_KEY}.level", level, 0.0, strict=True)
+        if level > 0.5:
+            raise ValueError(
+                f"{_KEY}.level must be in (0, 0.5] (above 0.5 no unobserved pair is tried), got {level}"
+            )
+        if scale is not None:
+            scale = check_number(f"{_KEY}.scale", scale, 0.0, strict=True)
+        self.c_neg_arg, self.level, self.scale = c_neg, level, scale
+        self.min_scale = check_number(f"{_KEY}.min_scale", min_scale, 0.0, strict=True)
+        self.mutual = bool(mutual)
+        self.threshold = self.level
+        self.c_neg = 0.5 if c_neg is None else c_neg
+        self.stats: PairValues | None = None
+
+    def setup(self, c_neg: float) -> None:
+        self.c_neg = float(c_neg) if self.c_neg_arg is None else self.c_neg_arg
+        self.stats = None
+
+    def sigma(self) -> float:
+        """The credit noise: ``scale`` if fixed, else ``max(sigma_w, min_scale)`` (0.5 before data)."""
+        if self.scale is not None:
+            return self.scale
+        if self.stats is None:
+            return 0.5
+        count = self.stats.values["count"]
+        seen = count > 0
+        dof = float(count.sum()) - int(seen.sum())
+        if dof < 1:
+            return 0.5
+        ss = float(self.stats.values["sumsq"].sum()) - float(
+            (self.stats.values["sum"][seen] ** 2 / count[seen]).sum()
+        )
+        return max(math.sqrt(max(ss, 0.0) / dof), self.min_scale)
+
+    def table(self, posterior: BetaPosterior, t: int) -> SparseScores:
+        """``a_{i->j} = Phi((mu - c_neg) sqrt(n + n0) / sigma)`` on the observed pairs and the prior."""
+        n0 = posterior.alpha0 + posterior.beta0
+        sigma = self.sigma()
+        count = posterior.pairs.values["count"]
+        z = (posterior.observed_mean() - self.c_neg) * torch.sqrt(count + n0) / sigma
+        base = (posterior.prior_mean() - self.c_neg) * math.sqrt(n0) / sigma
+        return SparseScores(
+            posterior.num_centers, torch.special.ndtr(base), posterior.pairs.keys, torch.special.ndtr(z)
+        )
+
+    def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
+        """Accumulate the per-pair sums behind ``sigma_w``."""
+        if self.stats is None:
+            self.stats = PairValues(num_centers, self._DEFAULTS)
+        x = torch.as_tensor(phi_bar, dtype=torch.float64).reshape(-1)
+        i, j = torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1)
+        self.stats.accumulate(i, j, {"sum": x, "sumsq": x * x, "count": torch.ones_like(x)})
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"c_neg", "pairs"}`` (the sparse sums; no ``pairs`` before any observation)."""
+        out: dict[str, Any] = {"c_neg": self.c_neg}
+        if self.stats is not None:
+            out["pairs"] = self.stats.state_dict()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.c_neg = float(state.get("c_neg", self.c_neg))
+        if "pairs" in state:
+            self.stats = PairValues(int(state["pairs"]["num_centers"]), self._DEFAULTS)
+            self.stats.load_state_dict(state["pairs"])
+
+    def __repr__(self) -> str:
+        return (
+            f"PosteriorExceedance(c_neg={self.c_neg_arg}, level={self.level}, scale={self.scale}, "
+            f"min_scale={self.min_scale}, mutual={self.mutual})"
+        )
