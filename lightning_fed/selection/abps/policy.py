@@ -283,16 +283,8 @@ class ScaledUCB(SelectionPolicy):
         """The bonus scale: ``scale`` if fixed, else ``max(2 sigma_w, min_scale)`` (1 before data)."""
         if self.scale is not None:
             return self.scale
-        if self.stats is None:
-            return 1.0
-        count = self.stats.values["count"]
-        seen = count > 0
-        dof = float(count.sum()) - int(seen.sum())
-        if dof < 1:
-            return 1.0
-        total_sq = float(self.stats.dense("sumsq").sum())
-        ss = total_sq - float((self.stats.values["sum"][seen] ** 2 / count[seen]).sum())
-        return max(2.0 * math.sqrt(max(ss, 0.0) / dof), self.min_scale)
+        sd = None if self.stats is None else self.stats.within_pair_sd()
+        return 1.0 if sd is None else max(2.0 * sd, self.min_scale)
 
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
         return self.pair_scores(posterior, t, generator).dense()

@@ -20,6 +20,7 @@ and friends still return on demand. At 3,680 centers the dense state was ``3 x 3
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -148,6 +149,20 @@ class PairValues:
         out = torch.full((c, c), self.defaults[name], dtype=torch.float64)
         out.view(-1)[self.keys] = self.values[name]
         return out
+
+    def within_pair_sd(self) -> float | None:
+        """The pooled within-pair standard deviation of the stored values, from the fields ``sum``,
+        ``sumsq`` and ``count``: ``sqrt(sum_pairs (sumsq - sum^2 / count) / (sum count - #pairs))``,
+        the noise of one observation around its pair's mean; None when fewer than 2 degrees of freedom
+        (shared by ScaledUCB's bonus scale and the exceedance rest rule)."""
+        count = self.values["count"]
+        seen = count > 0
+        dof = float(count.sum()) - int(seen.sum())
+        if dof < 1:
+            return None
+        total_sq = float(self.dense("sumsq").sum())
+        ss = total_sq - float((self.values["sum"][seen] ** 2 / count[seen]).sum())
+        return math.sqrt(max(ss, 0.0) / dof)
 
     def rows(self, name: str, index: Tensor) -> Tensor:
         """Field ``name`` on rows ``index`` only, float64 ``[len(index), C]``."""

@@ -174,17 +174,8 @@ class PosteriorExceedance(AcceptanceRule):
         """The credit noise: ``scale`` if fixed, else ``max(sigma_w, min_scale)`` (0.5 before data)."""
         if self.scale is not None:
             return self.scale
-        if self.stats is None:
-            return 0.5
-        count = self.stats.values["count"]
-        seen = count > 0
-        dof = float(count.sum()) - int(seen.sum())
-        if dof < 1:
-            return 0.5
-        ss = float(self.stats.values["sumsq"].sum()) - float(
-            (self.stats.values["sum"][seen] ** 2 / count[seen]).sum()
-        )
-        return max(math.sqrt(max(ss, 0.0) / dof), self.min_scale)
+        sd = None if self.stats is None else self.stats.within_pair_sd()
+        return 0.5 if sd is None else max(sd, self.min_scale)
 
     def table(self, posterior: BetaPosterior, t: int) -> SparseScores:
         """``a_{i->j} = Phi((mu - c_neg) sqrt(n + n0) / sigma)`` on the observed pairs and the prior."""
