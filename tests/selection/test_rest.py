@@ -103,3 +103,39 @@ def test_bad_arguments_name_the_field(kwargs, field) -> None:
         ValueError, match=rf"algorithm\.init_args\.selector\.init_args\.acceptance\.init_args\.{field}"
     ):
         PosteriorExceedance(**kwargs)
+
+
+def _many(phi_value: float, acceptance, centers: int = 40, rounds: int = 15) -> list[list[list[int]]]:
+    """Every pair has true Shapley value ``phi_value`` (one concept per center when negative)."""
+    gen = torch.Generator().manual_seed(1)
+    sel = BayesianSelector(kappa=2, epsilon=0.0, acceptance=acceptance)
+    sel.setup(torch.zeros(centers, 3), 0)
+    out = []
+    for r in range(rounds):
+        partners = sel.select(r)
+        out.append(partners)
+        i = torch.tensor([a for a, ps in enumerate(partners) for _ in ps], dtype=torch.int64)
+        j = torch.tensor([b for ps in partners for b in ps], dtype=torch.int64)
+        if len(i):
+            sel.observe(i, j, phi_value + 0.01 * torch.randn(len(i), generator=gen, dtype=torch.float64))
+    return out
+
+
+def test_the_empirical_prior_lets_centers_with_many_strangers_rest() -> None:
+    """40 centers, 2 partners a round, 15 rounds: every center keeps unobserved candidates, so with the
+    Beta prior (mean 0.5 = c_neg, always worth a try) no center ever rests although every peer hurts
+    (the measured reason the rest never fired at 230 centers). With the track-record prior, a center
+    whose observed credits are clearly harmful refuses strangers as well and rests."""
+    late = slice(10, 15)
+    beta = _many(-0.05, PosteriorExceedance())
+    assert max(sum(not ps for ps in rnd) for rnd in beta[late]) <= 1  # matching capacity only
+    empirical = _many(-0.05, PosteriorExceedance(empirical_prior=True))
+    resting = [sum(not ps for ps in rnd) / len(rnd) for rnd in empirical[late]]
+    assert min(resting) == 1.0
+
+
+def test_the_empirical_prior_keeps_collaborating_where_peers_help() -> None:
+    """Helpful peers: the track record stays above c_neg, strangers are tried, nobody rests but for
+    the matching's capacity (at most one center of 40 in a round, as under the Beta prior)."""
+    empirical = _many(0.05, PosteriorExceedance(empirical_prior=True))
+    assert max(sum(not ps for ps in rnd) for rnd in empirical[5:]) <= 1

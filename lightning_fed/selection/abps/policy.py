@@ -112,11 +112,21 @@ class SparseScores(PairScores):
         base: The score of an unlisted pair (float64 ``[1]`` or a float).
         keys: Listed pairs, strictly increasing ``i C + j`` (int64 ``[n]``).
         values: Their scores, float64 ``[n]``.
+        row_base: Optional per-row score of unlisted pairs (float64 ``[C]``: row ``i``'s unlisted
+            pairs score ``row_base[i]``), replacing ``base``.
     """
 
-    def __init__(self, num_centers: int, base: Tensor | float, keys: Tensor, values: Tensor) -> None:
+    def __init__(
+        self,
+        num_centers: int,
+        base: Tensor | float,
+        keys: Tensor,
+        values: Tensor,
+        row_base: Tensor | None = None,
+    ) -> None:
         self.num_centers = int(num_centers)
         self.base = float(torch.as_tensor(base, dtype=torch.float64).reshape(-1)[0])
+        self.row_base = None if row_base is None else row_base.reshape(-1).to(torch.float64)
         self.keys = keys.reshape(-1).to(torch.int64)
         self.values = values.reshape(-1).to(torch.float64)
         c = self.num_centers
@@ -138,6 +148,8 @@ class SparseScores(PairScores):
     def rows(self, index: Tensor) -> Tensor:
         index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
         out = torch.full((len(index), self.num_centers), self.base, dtype=torch.float64)
+        if self.row_base is not None:
+            out[:] = self.row_base[index].unsqueeze(1)
         pos, block_row = row_positions(self._row_ptr, index)
         out[block_row, self.keys[pos] % self.num_centers] = self.values[pos]
         return out
@@ -146,16 +158,21 @@ class SparseScores(PairScores):
         index = torch.as_tensor(index, dtype=torch.int64).reshape(-1)
         col_ptr, row, value = self._by_column()
         out = torch.full((self.num_centers, len(index)), self.base, dtype=torch.float64)
+        if self.row_base is not None:
+            out[:] = self.row_base.unsqueeze(1)
         pos, block_col = row_positions(col_ptr, index)
         out[row[pos], block_col] = value[pos]
         return out
 
     def has_nan(self) -> bool:
-        return math.isnan(self.base) or bool(torch.isnan(self.values).any())
+        base_nan = math.isnan(self.base) if self.row_base is None else bool(torch.isnan(self.row_base).any())
+        return base_nan or bool(torch.isnan(self.values).any())
 
     def dense(self) -> Tensor:
         c = self.num_centers
         out = torch.full((c, c), self.base, dtype=torch.float64)
+        if self.row_base is not None:
+            out[:] = self.row_base.unsqueeze(1)
         out.view(-1)[self.keys] = self.values
         return out
 

@@ -60,6 +60,18 @@ the noise estimate :math:`\sigma` grows; the epsilon swap of the matching only r
 Without ``mutual`` only the receiver tests (as Eq. 7's line 19): a center that refuses every peer
 can still be accepted by a peer that does not refuse it, so it rests only if those refuse it too.
 
+The empirical prior (``empirical_prior: true``) removes case (a) once a center has a record. An
+unobserved peer's prior mean becomes the receiver's own track record
+:math:`m_i = (\alpha_0 + S_i)/(n_0 + N_i)`, the Beta prior updated with all :math:`N_i` credits
+``i`` has observed from any peer (sum :math:`S_i`): the expected utility of a peer drawn from the
+population ``i`` has sampled, with the pseudo-count :math:`n_0` kept as its weight (a stranger is
+one more draw from that population, not its mean). ``i`` then refuses strangers too when
+:math:`m_i + z\sigma/\sqrt{n_0} < c_{neg}`, e.g. :math:`m_i < 0.384` with :math:`\sigma = 0.1`,
+``n0 = 2``, level 0.05, and rests when it refuses every candidate: on a federation where
+collaboration hurts every center (each its own concept) centers stop trying strangers after a few
+harmful credits; where some peers help, :math:`m_i` stays near or above :math:`c_{neg}` and
+strangers are still tried. Off by default (the rule as first built).
+
 Scores: the acceptance table is a :class:`~lightning_fed.selection.abps.policy.SparseScores` of
 :math:`a_{i\to j}` (the observed pairs, plus one value for every unobserved pair), so nothing
 ``[C, C]`` is built. Ranking is unchanged: the policy's scores order the proposals.
@@ -136,6 +148,8 @@ class PosteriorExceedance(AcceptanceRule):
         min_scale: Floor of the estimated ``sigma`` (> 0).
         mutual: Whether the proposer applies the rule too (needed for a center to rest on its own
             beliefs; module docstring).
+        empirical_prior: Score an unobserved peer by the receiver's track record ``m_i`` instead of
+            the Beta prior mean (module docstring), so strangers can be refused too.
     """
 
     _DEFAULTS: ClassVar[dict[str, float]] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
@@ -147,6 +161,7 @@ class PosteriorExceedance(AcceptanceRule):
         scale: float | None = None,
         min_scale: float = 1e-3,
         mutual: bool = True,
+        empirical_prior: bool = False,
     ) -> None:
         if c_neg is not None:
             c_neg = check_number(f"{_KEY}.c_neg", c_neg, 0.0, strict=False)
@@ -162,6 +177,7 @@ class PosteriorExceedance(AcceptanceRule):
         self.c_neg_arg, self.level, self.scale = c_neg, level, scale
         self.min_scale = check_number(f"{_KEY}.min_scale", min_scale, 0.0, strict=True)
         self.mutual = bool(mutual)
+        self.empirical_prior = bool(empirical_prior)
         self.threshold = self.level
         self.c_neg = 0.5 if c_neg is None else c_neg
         self.stats: PairValues | None = None
@@ -184,9 +200,30 @@ class PosteriorExceedance(AcceptanceRule):
         count = posterior.pairs.values["count"]
         z = (posterior.observed_mean() - self.c_neg) * torch.sqrt(count + n0) / sigma
         base = (posterior.prior_mean() - self.c_neg) * math.sqrt(n0) / sigma
+        row_base = None
+        if self.empirical_prior:  # a stranger's prior mean: the receiver's own track record m_i
+            row_base = torch.special.ndtr((self.track_record(posterior) - self.c_neg) * math.sqrt(n0) / sigma)
         return SparseScores(
-            posterior.num_centers, torch.special.ndtr(base), posterior.pairs.keys, torch.special.ndtr(z)
+            posterior.num_centers,
+            torch.special.ndtr(base),
+            posterior.pairs.keys,
+            torch.special.ndtr(z),
+            row_base=row_base,
         )
+
+    @staticmethod
+    def track_record(posterior: BetaPosterior) -> Tensor:
+        """``m_i = (alpha0 + S_i) / (n0 + N_i)`` per receiver ``[C]``: the Beta prior updated with every
+        credit ``i`` has observed, from any peer (``S_i`` their sum, ``N_i`` their count)."""
+        c = posterior.num_centers
+        pairs = posterior.pairs
+        rows = torch.div(pairs.keys, c, rounding_mode="floor")
+        count = pairs.values["count"]
+        observed = pairs.values["alpha"] - posterior.alpha0
+        total = torch.zeros(c, dtype=torch.float64).index_add_(0, rows, observed)
+        n = torch.zeros(c, dtype=torch.float64).index_add_(0, rows, count)
+        n0 = posterior.alpha0 + posterior.beta0
+        return (posterior.alpha0 + total) / (n0 + n)
 
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
         """Accumulate the per-pair sums behind ``sigma_w``."""
@@ -212,5 +249,5 @@ class PosteriorExceedance(AcceptanceRule):
     def __repr__(self) -> str:
         return (
             f"PosteriorExceedance(c_neg={self.c_neg_arg}, level={self.level}, scale={self.scale}, "
-            f"min_scale={self.min_scale}, mutual={self.mutual})"
+            f"min_scale={self.min_scale}, mutual={self.mutual}, empirical_prior={self.empirical_prior})"
         )
