@@ -78,7 +78,7 @@ def _build_run(
     Returns:
         The federation, its loggers and the config fingerprint.
     """
-    from lightning_fed.callbacks import BandwidthTable, Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.callbacks import BandwidthTable, CentersWriter, Checkpoint, ProgressBar, RoundsWriter
     from lightning_fed.io import write_text
 
     extra = list(init.callbacks or [])
@@ -91,6 +91,7 @@ def _build_run(
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
+        CentersWriter(run_dir / "centers.parquet"),
         BandwidthTable(),
         checkpoint,
     ]
