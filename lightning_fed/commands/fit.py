@@ -179,7 +179,9 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     say(
         f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
         f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
-        f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
+        f"({summary['test_auroc_undefined']} undefined, {summary['test_auroc_fragile']} fragile), robust "
+        f"{summary['test_auroc_robust']:.4f} ({summary['test_auroc_robust_centers']} centers), pooled "
+        f"{summary['test_auroc_pooled']:.4f} | "
         f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
     )
     for logger in loggers:
