@@ -36,9 +36,22 @@ def _run(root: Path, label: str, seed: int, aurocs: list[float], *, parquet: str
     (run / "summary.json").write_text(json.dumps(summary))
     names = [f"c{c}" for c in range(len(aurocs))]
     if parquet == "centers":
-        pl.DataFrame({"center": list(range(len(aurocs))), "name": names, "test_auroc": aurocs}).write_parquet(
-            run / "centers.parquet"
-        )
+        c = len(aurocs)
+        pl.DataFrame(
+            {
+                "center": list(range(c)),
+                "name": names,
+                "n_train": [40] * c,
+                "test_n": [5 + k for k in range(c)],
+                "test_positives": [2, 1, 0][:c],
+                "test_negatives": [3, 5, 7][:c],
+                "test_auroc": aurocs,
+                "test_auroc_low": [a - 0.2 if k == 0 else NAN for k, a in enumerate(aurocs)],
+                "test_auroc_high": [min(1.0, a + 0.2) if k == 0 else NAN for k, a in enumerate(aurocs)],
+                "test_auroc_fragile": [False, True, False][:c],
+                "test_robust": [True, False, False][:c],
+            }
+        ).write_parquet(run / "centers.parquet")
     else:  # an older run: rounds.parquet only, the last round evaluated the test split
         c = len(aurocs)
         pl.DataFrame(
@@ -116,3 +129,18 @@ def test_missing_default_reference_is_said(tmp_path: Path) -> None:
     text = report(root, tmp_path / "out")["table1.md"].read_text()
     assert "no run is labelled 'fedavg'" in text and "fedavg-heart, abps-heart" in text
     assert "--reference LABEL" in text
+
+
+def test_centers_table_of_the_reference(root: Path, tmp_path: Path) -> None:
+    written = report(root, tmp_path / "out", reference="fedavg")
+    text = written["centers.md"].read_text()
+    lines = text.splitlines()
+    assert (
+        lines[0]
+        == "| center | train rows | test rows | deaths | survivors | test AUROC [95 % CI] | support |"
+    )
+    # seed 0 of fedavg, largest test split first: c2 (7 rows, undefined), c1 (6, fragile), c0 (5, robust)
+    assert lines[2].startswith("| c2 | 40 | 7 | 0 | 7 | - | undefined |")
+    assert lines[3].startswith("| c1 | 40 | 6 | 1 | 5 | 0.800 | fragile |")
+    assert lines[4].startswith("| c0 | 40 | 5 | 2 | 3 | 0.700 [0.500, 0.900] | robust |")
+    assert pl.read_csv(written["centers.csv"]).height == 6  # both seeds
