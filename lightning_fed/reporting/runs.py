@@ -171,12 +171,14 @@ class RunRecord:
     @cached_property
     def center_test_auroc(self) -> pl.DataFrame | None:
         """Each center's final test AUROC: columns ``center``, ``name``, ``test_auroc`` (NaN where
-        undefined), one row per center; from :attr:`centers`, else the last round of :attr:`rounds`
+        undefined) and ``test_robust`` (null when unknown: runs before ``centers.parquet``), one row
+        per center; from :attr:`centers`, else the last round of :attr:`rounds`
         with a test AUROC (older runs; their final round is the summary's evaluation unless early
         stopping restored an earlier one); None when the run has neither."""
         columns = ["center", "name", "test_auroc"]
         if self.centers is not None:
-            return self.centers.select(columns)
+            robust = pl.col("test_robust") if "test_robust" in self.centers.columns else pl.lit(None)
+            return self.centers.select(*columns, robust.cast(pl.Boolean).alias("test_robust"))
         rounds = self.rounds
         if rounds is None or not {"round", *columns} <= set(rounds.columns):
             return None
@@ -184,7 +186,7 @@ class RunRecord:
         if evaluated.height == 0:
             return None
         last = evaluated.filter(pl.col("round") == evaluated["round"].max())
-        return last.select(columns).sort("center")
+        return last.select(*columns, pl.lit(None, dtype=pl.Boolean).alias("test_robust")).sort("center")
 
     def rounds_have(self, column: str) -> bool:
         """Whether ``rounds.parquet`` exists and has ``column`` (reads the schema only)."""

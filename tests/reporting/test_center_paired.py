@@ -86,6 +86,9 @@ def test_hand_computed_center_paired_difference(root: Path) -> None:
     assert 0.02 <= row["center_ci_low"] < 0.0575 < row["center_ci_high"] <= 0.10
     assert row["center_vs_ref"] == "better"
     assert row["vs_ref"] == "within noise"  # the seed-paired t interval on 2 seeds: no verdict
+    # robust centers: only c0 of seed 0 is robust (seed 1 of abps predates centers.parquet): one pair
+    assert row["robust_center_pairs"] == 1 and row["robust_center_diff"] == pytest.approx(0.05)
+    assert row["robust_center_vs_ref"] == "n/a"
     text = to_markdown(table)
     assert "| +0.058 [" in text and "(n=5) | better |" in text and "2000 resamples" in text
 

@@ -115,7 +115,7 @@ def test_main_markdown(root: Path) -> None:
     assert header.endswith(
         "| wall (s) | Δ AUROC vs fedavg [95 % CI] | vs fedavg | robust AUROC | pooled AUROC | accuracy "
         "| balanced acc. | undefined | fragile | robust | Δ vs fedavg by center [95 % CI] "
-        "| vs fedavg by center |"
+        "| vs fedavg by center | Δ vs fedavg by robust center [95 % CI] | vs fedavg by robust center |"
     )
     # abps: 6 seeds, 5 paired; mean AUROC over its 6 runs (0.82+0.83+0.78+0.86+0.82+0.99)/6 = 0.85.
     assert "| abps | 0.850 ± " in text and "| +0.018 [-0.004, +0.040] (n=5) | within noise |" in text

@@ -162,21 +162,24 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
 
 def runs_with_centers(records: Sequence[RunRecord]) -> pl.DataFrame:
     """:func:`runs_frame` plus each run's final per-center test AUROCs, for the center-paired
-    comparison: list columns ``center_names`` and ``center_aurocs``
+    comparison: list columns ``center_names``, ``center_aurocs`` and ``center_robust`` (null where
+    unknown)
     (:attr:`RunRecord.center_test_auroc <lightning_fed.reporting.runs.RunRecord.center_test_auroc>`;
     empty lists for a run without ``centers.parquet`` or ``rounds.parquet``)."""
     runs = runs_frame(records)
     by_path = {str(r.path): r.center_test_auroc for r in records}
-    names, aurocs = [], []
+    names, aurocs, robust = [], [], []
     for path in runs["path"].to_list():
         frame = by_path.get(path)
         names.append([] if frame is None else [str(n) for n in frame["name"].to_list()])
+        robust.append([] if frame is None else frame["test_robust"].to_list())
         aurocs.append(
             [] if frame is None else [float(a) for a in frame["test_auroc"].fill_null(float("nan"))]
         )
     return runs.with_columns(
         pl.Series("center_names", names, dtype=pl.List(pl.String)),
         pl.Series("center_aurocs", aurocs, dtype=pl.List(pl.Float64)),
+        pl.Series("center_robust", robust, dtype=pl.List(pl.Boolean)),
     )
 
 
@@ -265,39 +268,52 @@ def _paired(runs: pl.DataFrame, methods: list[str], reference: str | None) -> pl
     return pl.DataFrame(rows, schema=schema | {"reference": pl.String})
 
 
-def _centers_by_seed(runs: pl.DataFrame, method: str) -> dict[int, dict[str, float]]:
+def _centers_by_seed(runs: pl.DataFrame, method: str, robust: bool = False) -> dict[int, dict[str, float]]:
+    """Seed -> {center: test AUROC} of ``method``'s runs; ``robust``: the robust centers only."""
     rows = runs.filter((pl.col("method") == method) & pl.col("seed").is_not_null())
-    return {
-        int(seed): dict(zip(names, aurocs, strict=True))
-        for seed, names, aurocs in zip(
-            rows["seed"].to_list(),
-            rows["center_names"].to_list(),
-            rows["center_aurocs"].to_list(),
-            strict=True,
-        )
-    }
+    flags = rows["center_robust"].to_list() if "center_robust" in rows.columns else [None] * rows.height
+    out: dict[int, dict[str, float]] = {}
+    for seed, names, aurocs, keep in zip(
+        rows["seed"].to_list(),
+        rows["center_names"].to_list(),
+        rows["center_aurocs"].to_list(),
+        flags,
+        strict=True,
+    ):
+        keep = keep if keep is not None else [None] * len(names)
+        out[int(seed)] = {n: a for n, a, k in zip(names, aurocs, keep, strict=True) if not robust or k}
+    return out
 
 
 _CENTER_SCHEMA = {
-    "center_pairs": pl.Int64,
-    "center_diff": pl.Float64,
-    "center_ci_low": pl.Float64,
-    "center_ci_high": pl.Float64,
-    "center_vs_ref": pl.String,
+    f"{prefix}{name}": dtype
+    for prefix in ("center_", "robust_center_")
+    for name, dtype in (
+        ("pairs", pl.Int64),
+        ("diff", pl.Float64),
+        ("ci_low", pl.Float64),
+        ("ci_high", pl.Float64),
+        ("vs_ref", pl.String),
+    )
 }
 
 
 def _center_paired(runs: pl.DataFrame, methods: list[str], reference: str | None) -> pl.DataFrame:
-    """``center_pairs``, ``center_diff``, ``center_ci_low`` / ``high``, ``center_vs_ref`` per method."""
+    """``center_pairs``, ``center_diff``, ``center_ci_low`` / ``high``, ``center_vs_ref`` per method,
+    and the same with ``robust_`` over the centers robust in both runs (the robust mean's centers)."""
     rows = []
-    have = "center_aurocs" in runs.columns
-    ref = _centers_by_seed(runs, reference) if (reference is not None and have) else None
+    have = "center_aurocs" in runs.columns and reference is not None
     for method in methods:
-        row: dict[str, object] = dict.fromkeys(_CENTER_SCHEMA) | {"center_vs_ref": NOT_APPLICABLE}
-        if ref is not None and method != reference:
-            cmp = center_paired_comparison(_centers_by_seed(runs, method), ref)
-            row |= {"center_pairs": cmp.n_pairs, "center_diff": cmp.mean, "center_ci_low": cmp.ci_low}
-            row |= {"center_ci_high": cmp.ci_high, "center_vs_ref": cmp.verdict}
+        row: dict[str, object] = dict.fromkeys(_CENTER_SCHEMA)
+        row |= {"center_vs_ref": NOT_APPLICABLE, "robust_center_vs_ref": NOT_APPLICABLE}
+        if have and method != reference:
+            for prefix, robust in (("center_", False), ("robust_center_", True)):
+                cmp = center_paired_comparison(
+                    _centers_by_seed(runs, method, robust), _centers_by_seed(runs, reference, robust)
+                )
+                row |= {f"{prefix}pairs": cmp.n_pairs, f"{prefix}diff": cmp.mean}
+                row |= {f"{prefix}ci_low": cmp.ci_low, f"{prefix}ci_high": cmp.ci_high}
+                row |= {f"{prefix}vs_ref": cmp.verdict}
         rows.append(row)
     return pl.DataFrame(rows, schema=_CENTER_SCHEMA)
 
@@ -329,7 +345,8 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         ``center_aurocs``, :func:`runs_with_centers`; otherwise null): ``center_pairs``,
         ``center_diff``, ``center_ci_low`` / ``center_ci_high`` (hierarchical bootstrap, centers
         within seeds, :func:`~lightning_fed.reporting.stats.center_paired_comparison`) and
-        ``center_vs_ref``. Sorted by ``auroc_mean`` descending (ties by method).
+        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only. Sorted
+        by ``auroc_mean`` descending (ties by method).
 
     Raises:
         ValueError: If ``reference`` is given but no run has that method label.
@@ -397,13 +414,13 @@ def _count(value: float | None, total: float | None) -> str:
     return cell
 
 
-def _center_diff_cell(r: dict) -> str:
-    if r.get("center_diff") is None:
+def _center_diff_cell(r: dict, prefix: str = "center_") -> str:
+    if r.get(f"{prefix}diff") is None:
         return "-"
-    cell = f"{r['center_diff']:+.3f}"
-    if r["center_ci_low"] is not None and r["center_ci_high"] is not None:
-        cell += f" [{r['center_ci_low']:+.3f}, {r['center_ci_high']:+.3f}]"
-    return cell + f" (n={r['center_pairs']})"
+    cell = f"{r[f'{prefix}diff']:+.3f}"
+    if r[f"{prefix}ci_low"] is not None and r[f"{prefix}ci_high"] is not None:
+        cell += f" [{r[f'{prefix}ci_low']:+.3f}, {r[f'{prefix}ci_high']:+.3f}]"
+    return cell + f" (n={r[f'{prefix}pairs']})"
 
 
 def to_markdown(table: pl.DataFrame) -> str:
@@ -436,6 +453,7 @@ def to_markdown(table: pl.DataFrame) -> str:
     header += ["robust AUROC", "pooled AUROC", "accuracy", "balanced acc.", "undefined", "fragile", "robust"]
     if reference is not None:
         header += [f"Δ vs {reference} by center [95 % CI]", f"vs {reference} by center"]
+        header += [f"Δ vs {reference} by robust center [95 % CI]", f"vs {reference} by robust center"]
     rows = []
     for r in table.iter_rows(named=True):
         auroc = number(r["auroc_mean"], ".3f")
@@ -465,6 +483,7 @@ def to_markdown(table: pl.DataFrame) -> str:
         ]
         if reference is not None:
             cells += [_center_diff_cell(r), r.get("center_vs_ref") or NOT_APPLICABLE]
+            cells += [_center_diff_cell(r, "robust_center_"), r.get("robust_center_vs_ref") or NOT_APPLICABLE]
         rows.append(cells)
     legend = "test AUROC: mean ± sample standard deviation (ddof=1) over seeds."
     if reference is not None:
@@ -485,7 +504,8 @@ def to_markdown(table: pl.DataFrame) -> str:
             f" Δ vs {reference} by center: mean over shared seeds of the mean over centers (AUROC defined"
             " in both runs) of the per-center difference on the same test split, 95 % hierarchical"
             f" bootstrap interval (seeds, then centers within seeds; {BOOTSTRAP_RESAMPLES} resamples,"
-            " seeded); n: center pairs."
+            " seeded); n: center pairs. By robust center: the same over the centers with at least"
+            " robust_min_per_class test rows of each class (runs with centers.parquet only)."
         )
     if reference is None and table.height > 1:
         legend += " " + missing_reference_note(table["method"].to_list())
