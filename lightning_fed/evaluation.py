@@ -4,7 +4,8 @@ Every center's split is laid into one padded tensor ``[C, n_max, ...]`` with a r
 evaluation is then one packed forward and one batched rank AUROC for all centers. Binary models
 (logits ``[C, n]``) report AUROC; multi-class models (logits ``[C, n, K]``, the image federations)
 report the macro one-vs-rest AUROC in the same field. Both also report accuracy and balanced
-accuracy (the EdgeDRM paper's metrics), and the ``metrics:`` of the config, torchmetrics classes run
+accuracy (the EdgeDRM paper's metrics), binary models a DeLong (1988) 95 % interval for each center's
+AUROC (:mod:`lightning_fed.metrics.delong`), and the ``metrics:`` of the config, torchmetrics classes run
 on each center's rows (:mod:`lightning_fed.metrics.torchmetrics_per_center`).
 """
 
@@ -24,6 +25,7 @@ from lightning_fed.metrics import (
     batched_macro_auroc,
     pooled_auroc,
 )
+from lightning_fed.metrics.delong import delong_interval
 from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics
 
 __all__ = ["EvalSet", "Evaluation", "evaluate"]
@@ -62,6 +64,8 @@ class Evaluation:
         balanced_accuracy: Mean recall over the classes present ``[C]``.
         metrics: The configured torchmetrics metrics, ``{name: [C]}`` (float64; NaN where a
             center's split does not define them); empty without ``metrics:``.
+        auroc_low, auroc_high: DeLong (1988) 95 % interval of ``auroc`` ``[C]`` (binary; NaN where a
+            class has fewer than two rows, and for multi-class models); None when not computed.
     """
 
     auroc: Tensor
@@ -69,6 +73,8 @@ class Evaluation:
     accuracy: Tensor
     balanced_accuracy: Tensor
     metrics: dict[str, Tensor] = field(default_factory=dict)
+    auroc_low: Tensor | None = None
+    auroc_high: Tensor | None = None
 
 
 def evaluate(
@@ -86,8 +92,10 @@ def evaluate(
             float("nan"),
             logits.shape[2],
         )
+        low = high = torch.full_like(auroc, float("nan"))
     else:
         auroc = batched_auroc(logits, split.y, split.mask)
+        _, low, high = delong_interval(logits, split.y, split.mask)
         pooled, num_classes = pooled_auroc(logits[split.mask], split.y[split.mask]), 2
     return Evaluation(
         auroc=auroc,
@@ -95,4 +103,6 @@ def evaluate(
         accuracy=batched_accuracy(logits, split.y, split.mask),
         balanced_accuracy=batched_balanced_accuracy(logits, split.y, split.mask, num_classes),
         metrics=metrics.evaluate(logits, split.y, split.mask) if metrics else {},
+        auroc_low=low,
+        auroc_high=high,
     )

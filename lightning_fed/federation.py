@@ -88,6 +88,7 @@ from lightning_fed.metrics import (
     run_isolation,
     summarize,
 )
+from lightning_fed.metrics.support import auroc_averages, split_support
 from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics, resolve_metrics
 from lightning_fed.models.adapter import as_center_module
 from lightning_fed.models.base import CenterModule
@@ -471,9 +472,22 @@ class Federation:
         ``ledger_isolation_rate`` (the mean over rounds of the share of centers that sent and received
         no bytes) come from the ledger; ``isolation_rate`` is the same unless the algorithm reports
         its own (ABPS: rested center-rounds); none of them for a pooled model (Centralized).
+
+        What each federation AUROC averages (:mod:`lightning_fed.metrics.support`): ``*_auroc_mean``
+        the centers whose AUROC is defined (the ABPS paper's metric); ``*_auroc_robust`` the centers
+        with at least ``m = trainer.robust_min_per_class`` rows of every class (``*_auroc_robust_centers``
+        of them); ``*_auroc_weighted`` the defined centers weighted by their split's rows;
+        ``test_auroc_pooled`` every center's test rows as one set. The per-center numbers behind
+        them, with DeLong intervals, are :meth:`center_rows` (``centers.parquet``).
         """
         test, val = self.evaluate("test"), self.evaluate("val")
+        self.final_evaluations = {"test": test, "val": val}
         t, v = summarize(test.auroc), summarize(val.auroc)
+        m = self.robust_min_per_class
+        t_avg = auroc_averages(
+            test.auroc, split_support(self.test.y, self.test.mask, self.data.num_classes), m
+        )
+        v_avg = auroc_averages(val.auroc, split_support(self.val.y, self.val.mask, self.data.num_classes), m)
         total = self.wire.ledger.total()
         by_round = self.wire.ledger.per_center_by_round(self.data.num_centers, self.round)
         return {
@@ -484,12 +498,19 @@ class Federation:
             "test_auroc_undefined": t.n_undefined,
             "test_auroc_fragile": int(fragile_auroc(test.auroc, self.test.y, self.test.mask).sum()),
             "test_auroc_pooled": test.pooled_auroc,
+            "test_auroc_robust": t_avg["robust"],
+            "test_auroc_robust_centers": t_avg["robust_centers"],
+            "test_auroc_weighted": t_avg["weighted"],
+            "robust_min_per_class": m,
             "test_accuracy_mean": summarize(test.accuracy).mean,
             "test_balanced_accuracy_mean": summarize(test.balanced_accuracy).mean,
             "val_auroc_mean": v.mean,
             "val_auroc_std": v.std,
             "val_auroc_undefined": v.n_undefined,
             "val_auroc_fragile": int(fragile_auroc(val.auroc, self.val.y, self.val.mask).sum()),
+            "val_auroc_robust": v_avg["robust"],
+            "val_auroc_robust_centers": v_avg["robust_centers"],
+            "val_auroc_weighted": v_avg["weighted"],
             **self._metric_summary(test, val),
             "total_bytes": total,
             "total_mb": total / 1e6,
@@ -504,6 +525,52 @@ class Federation:
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }
+
+    @property
+    def robust_min_per_class(self) -> int:
+        """``m`` of the robust mean: ``trainer.robust_min_per_class`` (default 2)."""
+        return int(getattr(self.trainer, "robust_min_per_class", 2))
+
+    def center_rows(self) -> dict[str, list[Any]]:
+        """One row per center of the final evaluation (``centers.parquet``'s columns).
+
+        ``center``, ``name``, ``n_train``, then per split (``val``, ``test``): ``<split>_n``,
+        ``_positives``, ``_negatives``, ``_auroc`` with its DeLong (1988) 95 % interval
+        ``_auroc_low`` / ``_auroc_high`` (NaN where a class has fewer than two rows),
+        ``_auroc_fragile`` (defined but resting on one case of a class), ``_robust`` (at least
+        :attr:`robust_min_per_class` of every class), ``_accuracy`` and ``_balanced_accuracy``.
+        Uses the evaluations of the last :meth:`summary` (evaluates now when there is none).
+        """
+        evaluations = getattr(self, "final_evaluations", None) or {
+            "test": self.evaluate("test"),
+            "val": self.evaluate("val"),
+        }
+        rows: dict[str, list[Any]] = {
+            "center": list(range(self.data.num_centers)),
+            "name": [c.name for c in self.data.centers],
+            "n_train": [c.n_train for c in self.data.centers],
+        }
+        for split in ("val", "test"):
+            ev, padded = evaluations[split], self.val if split == "val" else self.test
+            support = split_support(padded.y, padded.mask, self.data.num_classes)
+            nan = torch.full_like(ev.auroc, float("nan"))
+            low = nan if ev.auroc_low is None else ev.auroc_low
+            high = nan if ev.auroc_high is None else ev.auroc_high
+            rows.update(
+                {
+                    f"{split}_n": support.n.tolist(),
+                    f"{split}_positives": support.positives.tolist(),
+                    f"{split}_negatives": support.negatives.tolist(),
+                    f"{split}_auroc": ev.auroc.double().tolist(),
+                    f"{split}_auroc_low": low.double().tolist(),
+                    f"{split}_auroc_high": high.double().tolist(),
+                    f"{split}_auroc_fragile": fragile_auroc(ev.auroc, padded.y, padded.mask).tolist(),
+                    f"{split}_robust": support.robust(self.robust_min_per_class).tolist(),
+                    f"{split}_accuracy": ev.accuracy.double().tolist(),
+                    f"{split}_balanced_accuracy": ev.balanced_accuracy.double().tolist(),
+                }
+            )
+        return rows
 
     def _metric_summary(self, test: Evaluation, val: Evaluation) -> dict[str, Any]:
         """The ``metrics:`` entries of the summary: per metric and split, the mean and std over the

@@ -160,6 +160,10 @@ class TrainerConfig:
         reset_optimizer_each_round: Start every round of every center from a fresh optimizer state
             (momentum buffers, Adam moments and step counts), as the EdgeDRM paper's "SGD momentum
             0.9, reset each round" (App. D.3.2). Default False: states persist across rounds.
+        robust_min_per_class: Fewest rows of every class a center's split needs for its AUROC to
+            enter the summary's robust mean (``test_auroc_robust``; :mod:`lightning_fed.metrics.support`).
+            Default 2: an AUROC resting on one case of a class (a fragile one) is left out. Changes
+            no training, only that reported number.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -175,6 +179,7 @@ class TrainerConfig:
         eval_every: int = 1,
         lr_schedule: LRSchedule | None = None,
         reset_optimizer_each_round: bool = False,
+        robust_min_per_class: int = 2,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -198,6 +203,13 @@ class TrainerConfig:
                 "trainer.reset_optimizer_each_round must be true or false, "
                 f"got {reset_optimizer_each_round!r}"
             )
+        if isinstance(robust_min_per_class, bool) or not isinstance(robust_min_per_class, int):
+            raise ValueError(
+                f"trainer.robust_min_per_class must be an integer >= 1, got {robust_min_per_class!r}"
+            )
+        if robust_min_per_class < 1:
+            raise ValueError(f"trainer.robust_min_per_class must be >= 1, got {robust_min_per_class}")
+        self.robust_min_per_class = robust_min_per_class
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 

@@ -3,6 +3,7 @@ early stopping."""
 
 from lightning_fed.callbacks.bandwidth import BandwidthTable
 from lightning_fed.callbacks.base import Callback
+from lightning_fed.callbacks.centers import CentersWriter
 from lightning_fed.callbacks.checkpoint import Checkpoint
 from lightning_fed.callbacks.early_stopping import EarlyStopping
 from lightning_fed.callbacks.partner_history import PartnerHistory
@@ -12,6 +13,7 @@ from lightning_fed.callbacks.rounds import RoundsWriter
 __all__ = [
     "BandwidthTable",
     "Callback",
+    "CentersWriter",
     "Checkpoint",
     "EarlyStopping",
     "PartnerHistory",

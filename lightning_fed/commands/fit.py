@@ -78,7 +78,7 @@ def _build_run(
     Returns:
         The federation, its loggers and the config fingerprint.
     """
-    from lightning_fed.callbacks import BandwidthTable, Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.callbacks import BandwidthTable, CentersWriter, Checkpoint, ProgressBar, RoundsWriter
     from lightning_fed.io import write_text
 
     extra = list(init.callbacks or [])
@@ -91,6 +91,7 @@ def _build_run(
     callbacks = [
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
+        CentersWriter(run_dir / "centers.parquet"),
         BandwidthTable(),
         checkpoint,
     ]
@@ -185,7 +186,9 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     say(
         f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
         f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
-        f"({summary['test_auroc_undefined']} undefined), pooled {summary['test_auroc_pooled']:.4f} | "
+        f"({summary['test_auroc_undefined']} undefined, {summary['test_auroc_fragile']} fragile), robust "
+        f"{summary['test_auroc_robust']:.4f} ({summary['test_auroc_robust_centers']} centers), pooled "
+        f"{summary['test_auroc_pooled']:.4f} | "
         f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
     )
     for logger in loggers:

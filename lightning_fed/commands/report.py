@@ -16,7 +16,9 @@ def report(argv: Sequence[str]) -> dict[str, Path]:
     Writes, under ``--out``: ``table1.md`` / ``table1.csv`` (per method: test AUROC mean ± sample
     SD over seeds (ddof=1), seeds, paired difference to the ``--reference`` method over shared
     seeds with its 95 % Student-t CI and a verdict, bytes vs FedAvg, isolation, E|P_i|, rounds,
-    wall), ``diagnostics.md`` / ``diagnostics.csv`` (ABPS mechanism diagnostics, when any run has
+    wall; then robust and pooled AUROC, accuracy, balanced accuracy, undefined / fragile / robust
+    counts and the difference paired by center with a hierarchical bootstrap CI),
+    ``diagnostics.md`` / ``diagnostics.csv`` (ABPS mechanism diagnostics, when any run has
     them), ``runs.csv`` (one row per run), ``pareto.png``, ``isolation.png`` and the referral files
     (see :func:`lightning_fed.reporting.report`).
     """
@@ -38,8 +40,9 @@ def report(argv: Sequence[str]) -> dict[str, Path]:
         type=str | None,
         default=None,
         help=(
-            "method label the paired differences compare to, over the seeds both have (default: "
-            "fedavg when the runs have it, else no comparison; a label no run has is an error)"
+            "method label the paired differences compare to, over the seeds both have and center by "
+            "center within them (default: fedavg when the runs have it, else no comparison, said in "
+            "table1.md's legend; a label no run has is an error naming the labels)"
         ),
     )
     args = parser.parse_args(list(argv))

@@ -14,6 +14,7 @@ import numpy as np
 
 from lightning_fed.data.center import FederatedData, PooledTable, build_federation
 from lightning_fed.data.partition import Natural, Partitioner
+from lightning_fed.data.split import DEFAULT_SPLIT, Split
 from lightning_fed.validation import check_int
 
 __all__ = ["DataSource", "TableSource", "partitioner_key"]
@@ -55,11 +56,20 @@ class TableSource(DataSource):
     partitioner: Partitioner | None = None
     seed: int | None = None
     min_center_size: int = 0
+    split: Split = DEFAULT_SPLIT
 
     def _set_common(
-        self, partitioner: Partitioner | None, seed: int | None, min_center_size: int = 0
+        self,
+        partitioner: Partitioner | None,
+        seed: int | None,
+        min_center_size: int = 0,
+        split: Split | None = None,
     ) -> None:
-        """Validate and store the settings every table source has."""
+        """Validate and store the settings every table source has (``split``: the per-center
+        :class:`~lightning_fed.data.split.Split`, None for the default 80/10/10)."""
+        if split is not None and not isinstance(split, Split):
+            raise ValueError(f"data.split must be a Split (train, val, test, min_per_class), got {split!r}")
+        self.split = DEFAULT_SPLIT if split is None else split
         if partitioner is not None and not callable(getattr(partitioner, "assign", None)):
             raise ValueError(f"partitioner must have an assign(table, seed) method, got {partitioner!r}")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
@@ -80,13 +90,14 @@ class TableSource(DataSource):
     def table(self, seed: int) -> PooledTable:
         """The pooled rows in raw units, with their natural sites."""
 
-    def build(self, seed: int, split: Sequence[float] = (0.8, 0.1, 0.1)) -> FederatedData:
+    def build(self, seed: int, split: Split | Sequence[float] | None = None) -> FederatedData:
         """Table -> partitioner groups (default: :class:`Natural`, one center per site) -> centers.
 
         Args:
             seed: Run seed (overridden by ``self.seed`` when set); the data, the partition and the
                 splits draw from it.
-            split: Train/val/test fractions per center.
+            split: Train/val/test fractions per center; None (default): the source's ``split``
+                (``data.split``).
 
         Returns:
             The federation; ``dropped_centers`` lists centers below ``min_center_size``.
@@ -95,5 +106,9 @@ class TableSource(DataSource):
         table = self.table(seed)
         partitioner = self.partitioner if self.partitioner is not None else Natural()
         return build_federation(
-            table, partitioner.assign(table, seed), seed, split=split, min_center_size=self.min_center_size
+            table,
+            partitioner.assign(table, seed),
+            seed,
+            split=self.split if split is None else split,
+            min_center_size=self.min_center_size,
         )

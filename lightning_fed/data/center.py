@@ -7,7 +7,8 @@ centers) and how one group becomes a :class:`CenterData`. The splits the sources
 
 Every table source (synthetic, MIMIC-IV, eICU, any CSV) produces a :class:`PooledTable` in raw
 units; a partitioner turns it into index groups; :func:`build_federation` turns each group into a
-:class:`CenterData` with a stratified 80/10/10 split, continuous features standardized on that
+:class:`CenterData` with a stratified split (``data.split``, :class:`~lightning_fed.data.split.Split`;
+default 80/10/10), continuous features standardized on that
 center's own train split only (ABPS Sec. 6.1), and the metadata descriptor
 ``v_i = [positive rate, log n_train, mean year / 2030, 12 Charlson prevalences]`` of its train
 split (ABPS Sec. 4.1 and 6.3). Nothing here lets one center's rows reach another.
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.data.augment import Augment
+from lightning_fed.data.split import DEFAULT_SPLIT, Split
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
@@ -195,7 +197,9 @@ def stratified_split(y: np.ndarray, fractions: Sequence[float], rng: np.random.G
     """Split row indices into parts with the given fractions, stratified by label.
 
     Each class is shuffled and cut at the cumulative fractions (rounded), so every part keeps
-    the class ratio up to one row per class; the parts are returned sorted.
+    the class ratio up to one row per class; the parts are returned sorted. (Table centers are split
+    by :meth:`lightning_fed.data.split.Split.indices`, the same cut for three parts, plus the
+    ``min_per_class`` guarantee.)
     """
     cuts = np.cumsum(np.asarray(fractions, dtype=float))
     if not np.isclose(cuts[-1], 1.0):
@@ -280,7 +284,7 @@ def build_federation(
     table: PooledTable,
     groups: Sequence[tuple[str, np.ndarray]],
     seed: int,
-    split: Sequence[float] = (0.8, 0.1, 0.1),
+    split: Split | Sequence[float] = DEFAULT_SPLIT,
     min_train: int = 2,
     min_center_size: int = 0,
 ) -> FederatedData:
@@ -300,7 +304,8 @@ def build_federation(
         groups: ``(name, row indices)`` per center, in center-id order.
         seed: Run seed; center ``k``'s split draws from ``(seed, "split", k)`` (``k`` counts the
             groups as given, dropped ones included, so dropping a group leaves the others' splits).
-        split: Train/val/test fractions (stratified).
+        split: Train/val/test fractions and the ``min_per_class`` guarantee (:class:`Split`; a
+            ``(train, val, test)`` sequence is read as ``Split(train, val, test)``).
         min_train: Fewest training rows a center may have.
         min_center_size: Groups with fewer rows are dropped (logged as a warning and listed in
             ``FederatedData.dropped_centers``); 0 keeps all.
@@ -312,6 +317,8 @@ def build_federation(
         ValueError: If the kept rows hold a single label class, every group is dropped, or a kept
             group is too small to split.
     """
+    if not isinstance(split, Split):
+        split = Split(*split)
     if isinstance(min_center_size, bool) or not isinstance(min_center_size, (int, np.integer)):
         raise ValueError(f"min_center_size must be an integer >= 0, got {min_center_size!r}")
     if min_center_size < 0:
@@ -345,13 +352,17 @@ def build_federation(
     charlson_idx = [table.feature_names.index(c) for c in table.charlson_columns]
     cont = np.asarray(table.continuous, dtype=bool)
     n_extra = len(nan_cols)
+    short: list[str] = []
 
     def center(k: int, name: str, rows: np.ndarray) -> CenterData:
-        tr, va, te = (rows[p] for p in stratified_split(table.y[rows], split, numpy_rng(seed, "split", k)))
+        tr, va, te = (rows[p] for p in split.indices(table.y[rows], numpy_rng(seed, "split", k)))
+        if split.min_per_class and min(_smallest(table.y[va]), _smallest(table.y[te])) < split.min_per_class:
+            short.append(name)
         if len(tr) < min_train:
             raise ValueError(
-                f"center {name!r} has {len(rows)} rows, too few for a {list(split)} split "
+                f"center {name!r} has {len(rows)} rows, too few for a {list(split.fractions)} split "
                 f"(needs >= {min_train} training rows): merge it or lower the number of centers"
+                + (f" or data.split.min_per_class={split.min_per_class}" if split.min_per_class else "")
             )
         raw_tr = x_all[tr]
         fill = np.zeros(x_all.shape[1])
@@ -405,13 +416,29 @@ def build_federation(
             feature_std=torch.from_numpy(std),
         )
 
-    return federate(
+    federation = federate(
         kept,
         center,
         feature_names=feature_names,
         dropped=dropped,
         metadata_names=(*TABLE_METADATA_NAMES, *(f"prevalence_{c}" for c in table.charlson_columns)),
     )
+    if short:
+        _log.warning(
+            "build_federation: %d of %d centers have fewer than 2 x data.split.min_per_class=%d rows of "
+            "some class, so their validation or test split holds fewer (e.g. %s)",
+            len(short),
+            len(kept),
+            split.min_per_class,
+            short[:3],
+        )
+    return federation
+
+
+def _smallest(y: np.ndarray) -> int:
+    """Rows of the rarer class of a binary split (0 when a class is absent)."""
+    positives = int(np.asarray(y).sum())
+    return min(positives, len(y) - positives)
 
 
 def pooled_standardization(data: FederatedData) -> FederatedData:

@@ -59,6 +59,7 @@ from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS, charlson_flags
 from lightning_fed.data.encoding import one_hot, to_pooled_table
 from lightning_fed.data.partition import Partitioner
+from lightning_fed.data.split import Split
 from lightning_fed.data.vitals import VITAL_COLUMNS, summarize_vitals
 from lightning_fed.validation import check_int
 
@@ -144,6 +145,8 @@ class EICU(TableSource):
         rare_count: Categorical levels with fewer stays go to ``other`` (>= 1).
         partitioner: How rows become centers; ``None`` = :class:`Natural` (one per site).
         seed: If given, fixes the splits regardless of the run seed passed to :meth:`build`.
+        split: Per-center train / validation / test split, stratified by label, with an optional
+            ``min_per_class`` guarantee (:class:`~lightning_fed.data.split.Split`); None: 80/10/10.
 
     Raises:
         ValueError: On an argument out of range.
@@ -158,6 +161,7 @@ class EICU(TableSource):
         rare_count: int = 10,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
+        split: Split | None = None,
     ) -> None:
         if not isinstance(root, (str, Path)) or not str(root):
             raise ValueError(f"root must be a folder path, got {root!r}")
@@ -166,7 +170,7 @@ class EICU(TableSource):
         self.root = str(root)
         self.center = center
         self.rare_count = check_int("rare_count", rare_count, 1)
-        self._set_common(partitioner, seed, min_center_size)
+        self._set_common(partitioner, seed, min_center_size, split)
 
     def __repr__(self) -> str:
         return (

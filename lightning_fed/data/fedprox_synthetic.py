@@ -125,6 +125,7 @@ import numpy as np
 from lightning_fed.data.base import TableSource
 from lightning_fed.data.center import PooledTable
 from lightning_fed.data.partition import Partitioner
+from lightning_fed.data.split import Split
 from lightning_fed.data.synthetic import CHARLSON_COLUMNS, FEATURE_NAMES
 from lightning_fed.data.synthetic_layout import (
     CARE_UNITS,
@@ -221,6 +222,8 @@ class FedProxSynthetic(TableSource):
             (one center per site).
         seed: If given, fixes the data regardless of the run seed passed to :meth:`table` /
             :meth:`build` (so training seeds can vary over the same data).
+        split: Per-center train / validation / test split, stratified by label, with an optional
+            ``min_per_class`` guarantee (:class:`~lightning_fed.data.split.Split`); None: 80/10/10.
 
     Raises:
         ValueError: On an argument out of range (the message names it).
@@ -237,6 +240,7 @@ class FedProxSynthetic(TableSource):
         min_stays: int = 40,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
+        split: Split | None = None,
     ) -> None:
         self.num_centers, self.num_stays, self.min_stays, self.size_tail = check_layout(
             num_centers, num_stays, min_stays, size_tail
@@ -246,7 +250,7 @@ class FedProxSynthetic(TableSource):
         if level not in LEVELS:
             raise ValueError(f"level must be 'center' or 'unit', got {level!r}")
         self.level = str(level)
-        self._set_common(partitioner, seed)
+        self._set_common(partitioner, seed, 0, split)
 
     def __repr__(self) -> str:
         return (

@@ -38,7 +38,9 @@ from lightning_fed.data.center import CenterData, FederatedData, client_split, f
 from lightning_fed.data.images_io import missing_fashion_files, read_cifar, read_fashion_mnist
 from lightning_fed.data.images_transforms import ColourTransform, client_transforms
 from lightning_fed.data.partition import LabelPool, Partitioner, Shards
+from lightning_fed.data.split import Split
 from lightning_fed.extras import missing_extra
+from lightning_fed.seeding import numpy_rng
 from lightning_fed.validation import check_int
 
 __all__ = ["CIFAR", "Digits", "FashionMNIST", "ImageSource", "image_center", "image_options"]
@@ -135,6 +137,9 @@ class ImageSource(DataSource):
         augment: Train-time augmentation of every training batch (the GPU CIFAR configs: a
             :class:`~lightning_fed.data.augment.RandomResizedCrop` to 32x32, scale 0.9-1.0, App. D.1);
             None = off. Its output size must equal the images' size.
+        split: Per-client train / validation / test split (:class:`~lightning_fed.data.split.Split`,
+            stratified by label, with its ``min_per_class`` guarantee); None (default): the paper's
+            70 % train, the rest 20 / 80 into validation and test (:func:`client_split`).
     """
 
     channel_names: tuple[str, ...] = GREY
@@ -149,7 +154,13 @@ class ImageSource(DataSource):
         max_per_client: int | None = None,
         seed: int | None = None,
         augment: Augment | None = None,
+        split: Split | None = None,
     ) -> None:
+        if split is not None and not isinstance(split, Split):
+            raise ValueError(
+                f"data.split must be a Split (train, val, test, min_per_class) or null, got {split!r}"
+            )
+        self.split = split
         self.num_clients = check_int("data.num_clients", num_clients, 1)
         if partition is not None and not callable(getattr(partition, "assign", None)):
             raise ValueError(
@@ -201,7 +212,11 @@ class ImageSource(DataSource):
                 raise ValueError(
                     f"client {k} received {len(rows)} images, too few to split: lower data.num_clients"
                 )
-            tr, va, te = (rows[p] for p in client_split(labels[rows], seed, k))
+            if self.split is None:
+                parts = client_split(labels[rows], seed, k)
+            else:
+                parts = self.split.indices(labels[rows], numpy_rng(seed, "split", k))
+            tr, va, te = (rows[p] for p in parts)
             return image_center(
                 name,
                 images,
@@ -255,7 +270,8 @@ class FashionMNIST(ImageSource):
 
     Args:
         root: Folder of ``train-/t10k-images-idx3-ubyte.gz`` and ``-labels-idx1-ubyte.gz``.
-        num_clients, partition, transforms, max_per_client, seed, augment: As :class:`ImageSource`.
+        num_clients, partition, transforms, max_per_client, seed, augment, split: As
+            :class:`ImageSource`.
     """
 
     channel_names = GREY
@@ -271,8 +287,9 @@ class FashionMNIST(ImageSource):
         max_per_client: int | None = None,
         seed: int | None = None,
         augment: Augment | None = None,
+        split: Split | None = None,
     ) -> None:
-        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment)
+        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment, split)
         missing = missing_fashion_files(root)
         if missing:
             raise ValueError(
@@ -295,7 +312,8 @@ class CIFAR(ImageSource):
     Args:
         root: Folder holding ``cifar-10-batches-py/`` or ``cifar-100-python/``.
         variant: 10, 20 or 100.
-        num_clients, partition, transforms, max_per_client, seed, augment: As :class:`ImageSource`.
+        num_clients, partition, transforms, max_per_client, seed, augment, split: As
+            :class:`ImageSource`.
     """
 
     channel_names = RGB
@@ -310,8 +328,9 @@ class CIFAR(ImageSource):
         max_per_client: int | None = None,
         seed: int | None = None,
         augment: Augment | None = None,
+        split: Split | None = None,
     ) -> None:
-        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment)
+        super().__init__(num_clients, partition, transforms, max_per_client, seed, augment, split)
         if isinstance(variant, bool) or variant not in (10, 20, 100):
             raise ValueError(f"data.variant must be 10, 20 or 100, got {variant!r}")
         folder = "cifar-10-batches-py" if variant == 10 else "cifar-100-python"

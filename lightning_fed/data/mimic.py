@@ -48,6 +48,7 @@ from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS, charlson_flags
 from lightning_fed.data.encoding import one_hot, to_pooled_table
 from lightning_fed.data.partition import Partitioner
+from lightning_fed.data.split import Split
 from lightning_fed.data.vitals import VITAL_COLUMNS, summarize_vitals
 from lightning_fed.io import atomic_path
 from lightning_fed.validation import check_int
@@ -124,6 +125,8 @@ class MimicIV(TableSource):
         cache_dir: Folder for the parquet cache of the built cohort; ``None`` = no cache.
         partitioner: How rows become centers; ``None`` = :class:`Natural` (one per site).
         seed: If given, fixes the splits regardless of the run seed passed to :meth:`build`.
+        split: Per-center train / validation / test split, stratified by label, with an optional
+            ``min_per_class`` guarantee (:class:`~lightning_fed.data.split.Split`); None: 80/10/10.
 
     Raises:
         ValueError: On an argument out of range.
@@ -142,6 +145,7 @@ class MimicIV(TableSource):
         cache_dir: str | None = None,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
+        split: Split | None = None,
     ) -> None:
         if not isinstance(root, (str, Path)) or not str(root):
             raise ValueError(f"root must be a folder path, got {root!r}")
@@ -156,7 +160,7 @@ class MimicIV(TableSource):
         if cache_dir is not None and (not isinstance(cache_dir, (str, Path)) or not str(cache_dir)):
             raise ValueError(f"cache_dir must be a folder path or None, got {cache_dir!r}")
         self.cache_dir = None if cache_dir is None else str(cache_dir)
-        self._set_common(partitioner, seed, min_center_size)
+        self._set_common(partitioner, seed, min_center_size, split)
 
     def __repr__(self) -> str:
         return (

@@ -36,6 +36,7 @@ from lightning_fed.data.center import PooledTable
 from lightning_fed.data.charlson import CHARLSON_COLUMNS
 from lightning_fed.data.encoding import one_hot, to_pooled_table
 from lightning_fed.data.partition import Partitioner
+from lightning_fed.data.split import Split
 from lightning_fed.validation import check_int
 
 __all__ = ["Tabular"]
@@ -110,6 +111,8 @@ class Tabular(TableSource):
         null_values: CSV cells read as missing, in every column (exact match, case-sensitive); default
             ``["", "NA", "NaN", "nan", "?"]``. Add the file's own markers (e.g. ``"-"``, ``"."``,
             ``"NULL"``); a list replaces the default. Parquet files keep their own nulls.
+        split: Per-center train / validation / test split, stratified by label, with an optional
+            ``min_per_class`` guarantee (:class:`~lightning_fed.data.split.Split`); None: 80/10/10.
 
     Raises:
         ValueError: On an argument out of range (at :meth:`table` / :meth:`build` also on a column
@@ -130,6 +133,7 @@ class Tabular(TableSource):
         rare_count: int = 1,
         partitioner: Partitioner | None = None,
         seed: int | None = None,
+        split: Split | None = None,
         null_values: Sequence[str] = DEFAULT_NULL_VALUES,
     ) -> None:
         if not isinstance(path, (str, Path)) or not str(path).lower().endswith(_SUFFIXES):
@@ -151,7 +155,7 @@ class Tabular(TableSource):
             raise ValueError("window needs a time column: set time=<column> or window=None")
         self.rare_count = check_int("rare_count", rare_count, 1)
         self.null_values = _null_values(null_values)
-        self._set_common(partitioner, seed, min_center_size)
+        self._set_common(partitioner, seed, min_center_size, split)
 
     def __repr__(self) -> str:
         return (

@@ -23,6 +23,7 @@ from lightning_fed.reporting.tables.diagnostics import (
 )
 from lightning_fed.reporting.tables.edgedrm import edgedrm_rows
 from lightning_fed.reporting.tables.table1 import (
+    check_reference,
     collect_runs,
     runs_frame,
     table1,
@@ -167,6 +168,7 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     root = Path(root)
     out = Path(out) if out is not None else root / "report"
     records = read_runs(root)
+    check_reference([r.label for r in records], reference)  # before any file is written
     runs = runs_frame(records)
     tables = specs(reference)
     written: dict[str, Path] = {}

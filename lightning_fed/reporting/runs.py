@@ -10,7 +10,10 @@ walk per report. A record carries what the tables need, each part read at most o
   parsing for older runs), ``lam``, ``algorithm``;
 - ``referral`` (``referral.csv`` as written) and ``routers`` (the same rows with a ``router_key``
   column: the file's when it records one, else the router label, which is the key of every router
-  not relabelled), ``rounds`` (``rounds.parquet``), ``checkpoint`` (its path when there is one).
+  not relabelled), ``rounds`` (``rounds.parquet``), ``checkpoint`` (its path when there is one),
+  ``centers`` (``centers.parquet``: each center's final support and DeLong interval) and
+  ``center_test_auroc`` (each center's final test AUROC: from ``centers.parquet``, or for runs
+  written before it, the last round of ``rounds.parquet`` that evaluated the test split).
 
 Everything but the summary is read lazily, on first use, and kept.
 
@@ -158,6 +161,32 @@ class RunRecord:
         """``rounds.parquet`` (every column), or None."""
         path = self.path / "rounds.parquet"
         return pl.read_parquet(path) if path.is_file() else None
+
+    @cached_property
+    def centers(self) -> pl.DataFrame | None:
+        """``centers.parquet`` (one row per center: support, AUROC and its interval), or None."""
+        path = self.path / "centers.parquet"
+        return pl.read_parquet(path) if path.is_file() else None
+
+    @cached_property
+    def center_test_auroc(self) -> pl.DataFrame | None:
+        """Each center's final test AUROC: columns ``center``, ``name``, ``test_auroc`` (NaN where
+        undefined) and ``test_robust`` (null when unknown: runs before ``centers.parquet``), one row
+        per center; from :attr:`centers`, else the last round of :attr:`rounds`
+        with a test AUROC (older runs; their final round is the summary's evaluation unless early
+        stopping restored an earlier one); None when the run has neither."""
+        columns = ["center", "name", "test_auroc"]
+        if self.centers is not None:
+            robust = pl.col("test_robust") if "test_robust" in self.centers.columns else pl.lit(None)
+            return self.centers.select(*columns, robust.cast(pl.Boolean).alias("test_robust"))
+        rounds = self.rounds
+        if rounds is None or not {"round", *columns} <= set(rounds.columns):
+            return None
+        evaluated = rounds.filter(pl.col("test_auroc").is_not_null())
+        if evaluated.height == 0:
+            return None
+        last = evaluated.filter(pl.col("round") == evaluated["round"].max())
+        return last.select(*columns, pl.lit(None, dtype=pl.Boolean).alias("test_robust")).sort("center")
 
     def rounds_have(self, column: str) -> bool:
         """Whether ``rounds.parquet`` exists and has ``column`` (reads the schema only)."""

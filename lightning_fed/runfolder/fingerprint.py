@@ -11,7 +11,8 @@ Why these keys are safe: ``trainer.rounds`` only moves the stopping point (a res
 run; the rounds already run are the same, since every draw derives from (seed, purpose, round));
 ``trainer.eval_every`` only chooses the rounds whose test (and validation) AUROC is recorded
 (evaluation changes no state and draws nothing; being left out, it also keeps the fingerprints of
-the configs written before it existed);
+the configs written before it existed); ``trainer.robust_min_per_class`` only chooses which centers a
+reported mean averages;
 ``logger.*`` and ``output.*`` decide where and how results are shown and saved, not what they are;
 ``metrics`` only adds evaluated numbers (evaluation changes no state; being left out, it keeps the
 fingerprints of the configs written before it, and ``test`` can re-evaluate a run with new ones);
@@ -52,6 +53,7 @@ __all__ = [
 SAFE_TO_CHANGE = (
     "trainer.rounds",
     "trainer.eval_every",
+    "trainer.robust_min_per_class",
     "logger.*",
     "output.*",
     "metrics",
@@ -71,6 +73,7 @@ ADDED_LATER: dict[str, Any] = {
     "data.init_args.partition.init_args.num_centers": None,  # None: the source's own center count
     "algorithm.init_args.selector.init_args.acceptance": None,  # None: Eq. 7's line 19 (issue 30)
     "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
+    "data.init_args.split": None,  # None: the 80/10/10 split of before (lightning_fed.data.split)
 }
 
 

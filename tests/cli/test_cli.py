@@ -42,7 +42,7 @@ def _fit(tmp_path: Path, *extra: str) -> Path:
 
 def test_fit_writes_run_dir_and_test_reevaluates(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     run = _fit(tmp_path, "--logger.enabled=false")
-    for name in ("config.yaml", "rounds.parquet", "summary.json", "checkpoint.pt"):
+    for name in ("config.yaml", "rounds.parquet", "centers.parquet", "summary.json", "checkpoint.pt"):
         assert (run / name).is_file(), name
     summary = json.loads((run / "summary.json").read_text())
     assert summary["rounds"] == 2 and summary["num_centers"] == 8 and summary["method"] == "FedAvg"

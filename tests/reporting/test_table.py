@@ -111,7 +111,12 @@ def test_main_markdown(root: Path) -> None:
     text = to_markdown(table1(collect_runs(root)))
     header = text.splitlines()[0]
     assert header.startswith("| method | test AUROC | seeds | bytes vs FedAvg | isolation |")
-    assert header.endswith("| wall (s) | Δ AUROC vs fedavg [95 % CI] | vs fedavg |")
+    # the columns of before keep their order; issue 29's support columns are appended
+    assert header.endswith(
+        "| wall (s) | Δ AUROC vs fedavg [95 % CI] | vs fedavg | robust AUROC | pooled AUROC | accuracy "
+        "| balanced acc. | undefined | fragile | robust | Δ vs fedavg by center [95 % CI] "
+        "| vs fedavg by center | Δ vs fedavg by robust center [95 % CI] | vs fedavg by robust center |"
+    )
     # abps: 6 seeds, 5 paired; mean AUROC over its 6 runs (0.82+0.83+0.78+0.86+0.82+0.99)/6 = 0.85.
     assert "| abps | 0.850 ± " in text and "| +0.018 [-0.004, +0.040] (n=5) | within noise |" in text
     assert "| +0.028 [+0.006, +0.050] | better |" in text  # all 5 seeds paired: no (n=...)
@@ -128,7 +133,13 @@ def test_no_reference_no_paired_columns(tmp_path: Path) -> None:
     table = table1(collect_runs(tmp_path))
     assert table["vs_ref"].to_list() == ["n/a"] and table["reference"].to_list() == [None]
     text = to_markdown(table)
-    assert text.splitlines()[0].endswith("| wall (s) |") and "Δ" not in text
+    assert (
+        text.splitlines()[0].endswith(
+            "| wall (s) | robust AUROC | pooled AUROC | accuracy | balanced acc. "
+            "| undefined | fragile | robust |"
+        )
+        and "Δ" not in text
+    )
 
 
 def test_diagnostics_means_and_markdown(root: Path) -> None:

@@ -5,8 +5,9 @@ considered: ``None`` always (Table 1, diagnostics), ``"edgedrm"`` when some run 
 row (a referral table or a FedDRM run), ``"tiers"`` when a referral table has hospital tiers. A new
 table is one module here with a ``SPEC`` added to :func:`specs` (docs/reporting.md).
 
-- :mod:`~.table1`: ABPS Table 1 (``table1.md`` / ``.csv``); :mod:`~.diagnostics`: its mechanism
-  diagnostics;
+- :mod:`~.table1`: ABPS Table 1 (``table1.md`` / ``.csv``); :mod:`~.centers`: the reference
+  method's per-center support and intervals (``centers.md`` / ``.csv``); :mod:`~.diagnostics`: its
+  mechanism diagnostics;
 - :mod:`~.edgedrm`: EdgeDRM Tables 1 and 2 (``edgedrm_table.md``, ``edgedrm_settings.md``);
   :mod:`~.edgedrm_paired`: their paired orderings; :mod:`~.reach`: whether walks reach the source;
   :mod:`~.checkpoints`: what the EdgeDRM checkpoints hold; :mod:`~.lambda_sweep`: Table 5;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from lightning_fed.reporting.spec import TableSpec
 from lightning_fed.reporting.tables import (
+    centers,
     checkpoints,
     diagnostics,
     edgedrm,
@@ -35,6 +37,7 @@ def specs(reference: str | None = None) -> tuple[TableSpec, ...]:
     return (
         table1.spec(reference),
         diagnostics.SPEC,
+        centers.spec(reference),
         edgedrm.TABLE_SPEC,
         edgedrm.SETTINGS_SPEC,
         edgedrm_paired.SPEC,

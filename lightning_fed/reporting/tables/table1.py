@@ -20,13 +20,21 @@ import polars as pl
 from lightning_fed.render import markdown_table, number, percent, write_pair
 from lightning_fed.reporting.runs import RunRecord, read_runs
 from lightning_fed.reporting.spec import TableSpec
-from lightning_fed.reporting.stats import NOT_APPLICABLE, paired_comparison
+from lightning_fed.reporting.stats import (
+    BOOTSTRAP_RESAMPLES,
+    NOT_APPLICABLE,
+    center_paired_comparison,
+    paired_comparison,
+)
 
 __all__ = [
     "DEFAULT_REFERENCE",
     "DIAGNOSTICS",
+    "SUPPORT",
+    "check_reference",
     "collect_runs",
     "runs_frame",
+    "runs_with_centers",
     "spec",
     "table1",
     "to_markdown",
@@ -53,6 +61,22 @@ DIAGNOSTICS: tuple[str, ...] = (
     "bytes_vs_fedavg_same_rounds",
 )
 
+#: What stands behind a run's mean AUROC, from its ``summary.json`` (null for runs written before
+#: a key existed): accuracy, balanced accuracy, the pooled, robust and size-weighted AUROC, the
+#: centers whose AUROC is undefined, fragile (one case of a class) or robust (at least
+#: ``robust_min_per_class`` of each class), and the number of centers.
+SUPPORT: tuple[str, ...] = (
+    "test_accuracy_mean",
+    "test_balanced_accuracy_mean",
+    "test_auroc_pooled",
+    "test_auroc_robust",
+    "test_auroc_weighted",
+    "test_auroc_undefined",
+    "test_auroc_fragile",
+    "test_auroc_robust_centers",
+    "num_centers",
+)
+
 _RUN_SCHEMA: dict[str, pl.DataType] = {
     "run": pl.String(),
     "method": pl.String(),
@@ -68,6 +92,7 @@ _RUN_SCHEMA: dict[str, pl.DataType] = {
     "restored_best": pl.Boolean(),
     "best_round": pl.Int64(),
     "path": pl.String(),
+    **{name: pl.Float64() for name in SUPPORT},
 }
 
 
@@ -90,8 +115,9 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
         Columns ``run`` (directory name), ``method`` (label), ``seed``, ``test_auroc_mean``,
         ``bytes_vs_fedavg``, ``isolation_rate`` and ``mean_partners`` (null when the summary has none,
         e.g. FedAvg), ``rounds``, ``wall_seconds``, ``total_bytes``, the :data:`DIAGNOSTICS`,
-        ``restored_best`` and ``best_round`` (early stopping; all null when absent), ``path``, then
-        the ``metrics:`` columns of the runs that have them; sorted by method, seed and run.
+        ``restored_best`` and ``best_round`` (early stopping; all null when absent), ``path``, the
+        :data:`SUPPORT` columns (null for older runs), then the ``metrics:`` columns of the runs that
+        have them; sorted by method, seed and run.
 
     Raises:
         ValueError: If two runs share a method label and a seed (a table counts each seed once).
@@ -116,6 +142,7 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
                 "restored_best": _flag(summary.get("restored_best")),
                 "best_round": _integer(summary.get("best_round")),
                 "path": str(record.path),
+                **{name: _number(summary.get(name)) for name in SUPPORT},
             }
         )
     runs = pl.DataFrame(rows, schema=_RUN_SCHEMA)
@@ -131,6 +158,29 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
             "a table counts each seed once, so remove the extra runs or report them separately"
         )
     return runs
+
+
+def runs_with_centers(records: Sequence[RunRecord]) -> pl.DataFrame:
+    """:func:`runs_frame` plus each run's final per-center test AUROCs, for the center-paired
+    comparison: list columns ``center_names``, ``center_aurocs`` and ``center_robust`` (null where
+    unknown)
+    (:attr:`RunRecord.center_test_auroc <lightning_fed.reporting.runs.RunRecord.center_test_auroc>`;
+    empty lists for a run without ``centers.parquet`` or ``rounds.parquet``)."""
+    runs = runs_frame(records)
+    by_path = {str(r.path): r.center_test_auroc for r in records}
+    names, aurocs, robust = [], [], []
+    for path in runs["path"].to_list():
+        frame = by_path.get(path)
+        names.append([] if frame is None else [str(n) for n in frame["name"].to_list()])
+        robust.append([] if frame is None else frame["test_robust"].to_list())
+        aurocs.append(
+            [] if frame is None else [float(a) for a in frame["test_auroc"].fill_null(float("nan"))]
+        )
+    return runs.with_columns(
+        pl.Series("center_names", names, dtype=pl.List(pl.String)),
+        pl.Series("center_aurocs", aurocs, dtype=pl.List(pl.Float64)),
+        pl.Series("center_robust", robust, dtype=pl.List(pl.Boolean)),
+    )
 
 
 def _metric_fields(summary: dict[str, object]) -> dict[str, float | None]:
@@ -149,6 +199,40 @@ def collect_runs(root: Path) -> pl.DataFrame:
             method label and a seed.
     """
     return runs_frame(read_runs(root))
+
+
+#: Table 1's name of each :data:`SUPPORT` mean.
+_SUPPORT_NAMES = {
+    "test_accuracy_mean": "accuracy",
+    "test_balanced_accuracy_mean": "balanced_accuracy",
+    "test_auroc_pooled": "auroc_pooled",
+    "test_auroc_robust": "auroc_robust",
+    "test_auroc_weighted": "auroc_weighted",
+    "test_auroc_undefined": "undefined",
+    "test_auroc_fragile": "fragile",
+    "test_auroc_robust_centers": "robust_centers",
+    "num_centers": "num_centers",
+}
+
+
+def missing_reference_note(methods: Sequence[str]) -> str:
+    """Why Table 1 has no paired columns: no run carries the default reference label, with the labels
+    that exist (those containing ``fedavg`` first) and the flag that picks one."""
+    near = [m for m in methods if DEFAULT_REFERENCE in m.lower()]
+    others = [m for m in sorted(methods) if m not in near]
+    return (
+        f"No paired comparison: no run is labelled {DEFAULT_REFERENCE!r} (the default reference); the labels "
+        f"are {', '.join([*near, *others])}: pass --reference LABEL with one of them."
+    )
+
+
+def check_reference(labels: Sequence[str], reference: str | None) -> None:
+    """Refuse a ``reference`` that no run's method label matches, naming the labels that exist.
+
+    Raises:
+        ValueError: ``reference method 'x' is not among the runs' methods (a, b); name one of them``.
+    """
+    _resolve_reference(sorted(set(labels)), reference)
 
 
 def _resolve_reference(methods: list[str], reference: str | None) -> str | None:
@@ -184,6 +268,56 @@ def _paired(runs: pl.DataFrame, methods: list[str], reference: str | None) -> pl
     return pl.DataFrame(rows, schema=schema | {"reference": pl.String})
 
 
+def _centers_by_seed(runs: pl.DataFrame, method: str, robust: bool = False) -> dict[int, dict[str, float]]:
+    """Seed -> {center: test AUROC} of ``method``'s runs; ``robust``: the robust centers only."""
+    rows = runs.filter((pl.col("method") == method) & pl.col("seed").is_not_null())
+    flags = rows["center_robust"].to_list() if "center_robust" in rows.columns else [None] * rows.height
+    out: dict[int, dict[str, float]] = {}
+    for seed, names, aurocs, keep in zip(
+        rows["seed"].to_list(),
+        rows["center_names"].to_list(),
+        rows["center_aurocs"].to_list(),
+        flags,
+        strict=True,
+    ):
+        keep = keep if keep is not None else [None] * len(names)
+        out[int(seed)] = {n: a for n, a, k in zip(names, aurocs, keep, strict=True) if not robust or k}
+    return out
+
+
+_CENTER_SCHEMA = {
+    f"{prefix}{name}": dtype
+    for prefix in ("center_", "robust_center_")
+    for name, dtype in (
+        ("pairs", pl.Int64),
+        ("diff", pl.Float64),
+        ("ci_low", pl.Float64),
+        ("ci_high", pl.Float64),
+        ("vs_ref", pl.String),
+    )
+}
+
+
+def _center_paired(runs: pl.DataFrame, methods: list[str], reference: str | None) -> pl.DataFrame:
+    """``center_pairs``, ``center_diff``, ``center_ci_low`` / ``high``, ``center_vs_ref`` per method,
+    and the same with ``robust_`` over the centers robust in both runs (the robust mean's centers)."""
+    rows = []
+    have = "center_aurocs" in runs.columns and reference is not None
+    for method in methods:
+        row: dict[str, object] = dict.fromkeys(_CENTER_SCHEMA)
+        row |= {"center_vs_ref": NOT_APPLICABLE, "robust_center_vs_ref": NOT_APPLICABLE}
+        if have and method != reference:
+            for prefix, robust in (("center_", False), ("robust_center_", True)):
+                cmp = center_paired_comparison(
+                    _centers_by_seed(runs, method, robust), _centers_by_seed(runs, reference, robust)
+                )
+                row |= {f"{prefix}pairs": cmp.n_pairs, f"{prefix}diff": cmp.mean}
+                row |= {f"{prefix}ci_low": cmp.ci_low, f"{prefix}ci_high": cmp.ci_high}
+                row |= {f"{prefix}vs_ref": cmp.verdict}
+        rows.append(row)
+    return pl.DataFrame(rows, schema=_CENTER_SCHEMA)
+
+
 def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
     """Aggregate runs per method label, Table 1 style.
 
@@ -204,12 +338,20 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         difference with one shared seed), ``reference`` (its label, null without one); then the
         means over seeds of ``bytes_vs_fedavg``, ``isolation_rate``, ``mean_partners`` (E|P_i|),
         ``rounds``, ``wall_seconds`` and the :data:`DIAGNOSTICS` (nulls ignored; null when no run of
-        the method has the value). Sorted by ``auroc_mean`` descending (ties by method).
+        the method has the value); then, appended, the means over seeds of the :data:`SUPPORT`
+        columns (``accuracy``, ``balanced_accuracy``, ``auroc_pooled``, ``auroc_robust``,
+        ``auroc_weighted``, ``undefined``, ``fragile``, ``robust_centers``, ``num_centers``) and the
+        comparison to the reference paired by center within each shared seed (with the runs'
+        ``center_aurocs``, :func:`runs_with_centers`; otherwise null): ``center_pairs``,
+        ``center_diff``, ``center_ci_low`` / ``center_ci_high`` (hierarchical bootstrap, centers
+        within seeds, :func:`~lightning_fed.reporting.stats.center_paired_comparison`) and
+        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only. Sorted
+        by ``auroc_mean`` descending (ties by method).
 
     Raises:
         ValueError: If ``reference`` is given but no run has that method label.
     """
-    missing = [name for name in DIAGNOSTICS if name not in runs.columns]  # a frame built by hand
+    missing = [name for name in (*DIAGNOSTICS, *SUPPORT) if name not in runs.columns]  # a frame built by hand
     runs = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias(name) for name in missing)
     table = (
         runs.group_by("method")
@@ -223,13 +365,25 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
             pl.col("rounds").mean(),
             pl.col("wall_seconds").mean(),
             *(pl.col(name).mean() for name in DIAGNOSTICS),
+            *(pl.col(name).mean().alias(_SUPPORT_NAMES[name]) for name in SUPPORT),
         )
         .sort(["auroc_mean", "method"], descending=[True, False], nulls_last=True)
     )
     methods = table["method"].to_list()
-    paired = _paired(runs, methods, _resolve_reference(methods, reference))
+    resolved = _resolve_reference(methods, reference)
+    paired = _paired(runs, methods, resolved)
     front = table.select("method", "auroc_mean", "auroc_std", "n_seeds")
-    return pl.concat([front, paired.drop("method"), table.drop(front.columns)], how="horizontal")
+    support = list(_SUPPORT_NAMES.values())
+    return pl.concat(
+        [
+            front,
+            paired.drop("method"),
+            table.drop(*front.columns, *support),
+            table.select(support),
+            _center_paired(runs, methods, resolved),
+        ],
+        how="horizontal",
+    )
 
 
 def _reference(table: pl.DataFrame) -> str | None:
@@ -250,6 +404,25 @@ def _diff_cell(r: dict) -> str:
     return cell
 
 
+def _count(value: float | None, total: float | None) -> str:
+    """A mean count over seeds, ``9`` or ``8.5``, with ``/ 58`` centers when known; ``-`` when null."""
+    if value is None:
+        return "-"
+    cell = f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+    if total is not None:
+        cell += f" / {total:.0f}" if float(total).is_integer() else f" / {total:.1f}"
+    return cell
+
+
+def _center_diff_cell(r: dict, prefix: str = "center_") -> str:
+    if r.get(f"{prefix}diff") is None:
+        return "-"
+    cell = f"{r[f'{prefix}diff']:+.3f}"
+    if r[f"{prefix}ci_low"] is not None and r[f"{prefix}ci_high"] is not None:
+        cell += f" [{r[f'{prefix}ci_low']:+.3f}, {r[f'{prefix}ci_high']:+.3f}]"
+    return cell + f" (n={r[f'{prefix}pairs']})"
+
+
 def to_markdown(table: pl.DataFrame) -> str:
     """Render :func:`table1`'s output as the main markdown table (``table1.md``), then a legend.
 
@@ -258,7 +431,11 @@ def to_markdown(table: pl.DataFrame) -> str:
     and, when the table has a reference method, the paired difference to it
     ``+0.018 [-0.004, +0.040]`` (mean [95 % CI]; ``(n=3)`` added when fewer seeds were paired than
     the method has) and the verdict (``better``, ``worse``, ``within noise``, ``n/a``); ``-`` where
-    undefined. The diagnostics are in :func:`diagnostics_markdown`.
+    undefined. Appended after these (the columns of earlier versions keep their order): the robust
+    mean AUROC, pooled AUROC, accuracy and balanced accuracy (means over seeds), the undefined,
+    fragile and robust center counts (mean over seeds ``/`` centers), and with a reference the
+    center-paired difference ``+0.012 [+0.004, +0.020] (n=540)`` (n: center pairs) and its verdict.
+    The diagnostics are in :func:`diagnostics_markdown`.
     """
     reference = _reference(table)
     header = [
@@ -273,6 +450,10 @@ def to_markdown(table: pl.DataFrame) -> str:
     ]
     if reference is not None:
         header += [f"Δ AUROC vs {reference} [95 % CI]", f"vs {reference}"]
+    header += ["robust AUROC", "pooled AUROC", "accuracy", "balanced acc.", "undefined", "fragile", "robust"]
+    if reference is not None:
+        header += [f"Δ vs {reference} by center [95 % CI]", f"vs {reference} by center"]
+        header += [f"Δ vs {reference} by robust center [95 % CI]", f"vs {reference} by robust center"]
     rows = []
     for r in table.iter_rows(named=True):
         auroc = number(r["auroc_mean"], ".3f")
@@ -290,6 +471,19 @@ def to_markdown(table: pl.DataFrame) -> str:
         ]
         if reference is not None:
             cells += [_diff_cell(r), r["vs_ref"]]
+        total = r.get("num_centers")
+        cells += [
+            number(r.get("auroc_robust"), ".3f"),
+            number(r.get("auroc_pooled"), ".3f"),
+            number(r.get("accuracy"), ".3f"),
+            number(r.get("balanced_accuracy"), ".3f"),
+            _count(r.get("undefined"), total),
+            _count(r.get("fragile"), total),
+            _count(r.get("robust_centers"), total),
+        ]
+        if reference is not None:
+            cells += [_center_diff_cell(r), r.get("center_vs_ref") or NOT_APPLICABLE]
+            cells += [_center_diff_cell(r, "robust_center_"), r.get("robust_center_vs_ref") or NOT_APPLICABLE]
         rows.append(cells)
     legend = "test AUROC: mean ± sample standard deviation (ddof=1) over seeds."
     if reference is not None:
@@ -298,6 +492,23 @@ def to_markdown(table: pl.DataFrame) -> str:
             " with the 95 % Student-t interval d̄ ± t(0.975, n-1)·s_d/√n; within noise: the interval"
             " contains 0; n/a: fewer than 2 shared seeds, or the reference itself."
         )
+    legend += (
+        " test AUROC: mean over the centers whose AUROC is defined; robust AUROC: mean over the centers"
+        " with at least trainer.robust_min_per_class (default 2) test rows of each class; pooled AUROC:"
+        " all centers' test rows as one set; accuracy, balanced acc.: means over centers. undefined:"
+        " centers with one class in their test split; fragile: AUROC resting on one case of a class;"
+        " robust: centers in the robust mean (each: mean over seeds / centers)."
+    )
+    if reference is not None:
+        legend += (
+            f" Δ vs {reference} by center: mean over shared seeds of the mean over centers (AUROC defined"
+            " in both runs) of the per-center difference on the same test split, 95 % hierarchical"
+            f" bootstrap interval (seeds, then centers within seeds; {BOOTSTRAP_RESAMPLES} resamples,"
+            " seeded); n: center pairs. By robust center: the same over the centers with at least"
+            " robust_min_per_class test rows of each class (runs with centers.parquet only)."
+        )
+    if reference is None and table.height > 1:
+        legend += " " + missing_reference_note(table["method"].to_list())
     return markdown_table(header, rows, legend)
 
 
@@ -318,10 +529,11 @@ def spec(reference: str | None = None) -> TableSpec:
     """``table1.md`` / ``table1.csv`` with the paired differences to ``reference`` (:func:`table1`)."""
     return TableSpec(
         "table1.md",
-        runs_frame,
+        runs_with_centers,
         lambda runs: to_markdown(table1(runs, reference)),
         "ABPS Table 1: per method test AUROC mean ± SD over seeds, paired difference to the reference, "
-        "bandwidth, isolation, E|P_i|, rounds, wall",
+        "bandwidth, isolation, E|P_i|, rounds, wall; then robust and pooled AUROC, accuracy, balanced "
+        "accuracy, undefined / fragile / robust centers and the difference paired by center",
         csv=lambda runs: table1(runs, reference),
     )
 

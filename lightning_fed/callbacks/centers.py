@@ -1,0 +1,37 @@
+"""Each center's final support and interval as ``centers.parquet`` (polars), written atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lightning_fed.callbacks.base import Callback
+from lightning_fed.io import atomic_path
+
+__all__ = ["CentersWriter"]
+
+
+class CentersWriter(Callback):
+    """Write one row per center of the final evaluation when the fit ends (rank 0 only).
+
+    Columns are :meth:`Federation.center_rows <lightning_fed.federation.Federation.center_rows>`'s:
+    the center's rows, positives and negatives per split, its AUROC with the DeLong (1988) 95 %
+    interval, whether that AUROC is fragile (one case of a class) or robust (at least
+    ``trainer.robust_min_per_class`` of each), accuracy and balanced accuracy. The numbers are those
+    of ``summary.json`` (the same final evaluation).
+
+    Args:
+        path: Target parquet file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
+        if not federation.fabric.is_global_zero:
+            return
+        frame = pl.DataFrame(federation.center_rows())
+        with atomic_path(self.path) as tmp:
+            frame.write_parquet(tmp)
