@@ -36,12 +36,19 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from lightning_fed.selection.abps.posterior import BLOCK_ROWS, BetaPosterior, PairValues, row_positions
+from lightning_fed.selection.abps.posterior import (
+    BLOCK_ROWS,
+    MOMENTS,
+    BetaPosterior,
+    PairValues,
+    add_moments,
+    row_positions,
+)
 from lightning_fed.selection.abps.ucb import ucb
 from lightning_fed.selection.base import SELECTOR_KEY
 from lightning_fed.validation import check_number
@@ -278,8 +285,6 @@ class ScaledUCB(SelectionPolicy):
         min_scale: Floor of the estimated ``s`` (> 0).
     """
 
-    _DEFAULTS: ClassVar[dict[str, float]] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
-
     def __init__(
         self, gamma: float = math.sqrt(2.0), scale: float | None = None, min_scale: float = 1e-3
     ) -> None:
@@ -311,11 +316,7 @@ class ScaledUCB(SelectionPolicy):
 
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
         """Accumulate the per-pair sums behind ``sigma_w``."""
-        if self.stats is None:
-            self.stats = PairValues(num_centers, self._DEFAULTS)
-        x = torch.as_tensor(phi_bar, dtype=torch.float64).reshape(-1)
-        i, j = torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1)
-        self.stats.accumulate(i, j, {"sum": x, "sumsq": x * x, "count": torch.ones_like(x)})
+        self.stats = add_moments(self.stats, i, j, phi_bar, num_centers)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"pairs": ...}`` (the sparse sums; ``{}`` before any observation)."""
@@ -326,10 +327,10 @@ class ScaledUCB(SelectionPolicy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`, or the dense ``{sum, sumsq, count}`` state from before issue 17."""
         if "pairs" in state:
-            self.stats = PairValues(int(state["pairs"]["num_centers"]), self._DEFAULTS)
+            self.stats = PairValues(int(state["pairs"]["num_centers"]), MOMENTS)
             self.stats.load_state_dict(state["pairs"])
         elif "count" in state:
-            self.stats = PairValues.from_dense({k: state[k] for k in self._DEFAULTS}, self._DEFAULTS)
+            self.stats = PairValues.from_dense({k: state[k] for k in MOMENTS}, MOMENTS)
 
     def __repr__(self) -> str:
         return f"ScaledUCB(gamma={self.gamma}, scale={self.scale}, min_scale={self.min_scale})"

@@ -330,3 +330,20 @@ class BetaPosterior:
                     raise ValueError(f"posterior {key} must be {list(shape)}, got {list(state[key].shape)}")
             pairs = PairValues.from_dense({k: state[k] for k in ("alpha", "beta", "count")}, self._defaults())
         self.pairs = pairs
+
+
+#: Per-pair credit moments (sum, sum of squares, count of the observed phi_bar) behind
+#: :meth:`PairValues.within_pair_sd`, kept by ScaledUCB and the exceedance rest rule.
+MOMENTS: dict[str, float] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
+
+
+def add_moments(
+    stats: PairValues | None, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int
+) -> PairValues:
+    """``stats`` (a new :data:`MOMENTS` store when None) plus ``phi_bar[k]`` at pair ``(i[k], j[k])``."""
+    if stats is None:
+        stats = PairValues(num_centers, MOMENTS)
+    x = torch.as_tensor(phi_bar, dtype=torch.float64).reshape(-1)
+    i, j = torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1)
+    stats.accumulate(i, j, {"sum": x, "sumsq": x * x, "count": torch.ones_like(x)})
+    return stats

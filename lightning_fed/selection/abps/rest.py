@@ -81,13 +81,13 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from lightning_fed.selection.abps.policy import SparseScores
-from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues
+from lightning_fed.selection.abps.posterior import MOMENTS, BetaPosterior, PairValues, add_moments
 from lightning_fed.selection.base import SELECTOR_KEY
 from lightning_fed.validation import check_number
 
@@ -151,8 +151,6 @@ class PosteriorExceedance(AcceptanceRule):
         empirical_prior: Score an unobserved peer by the receiver's track record ``m_i`` instead of
             the Beta prior mean (module docstring), so strangers can be refused too.
     """
-
-    _DEFAULTS: ClassVar[dict[str, float]] = {"sum": 0.0, "sumsq": 0.0, "count": 0.0}
 
     def __init__(
         self,
@@ -227,11 +225,7 @@ class PosteriorExceedance(AcceptanceRule):
 
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
         """Accumulate the per-pair sums behind ``sigma_w``."""
-        if self.stats is None:
-            self.stats = PairValues(num_centers, self._DEFAULTS)
-        x = torch.as_tensor(phi_bar, dtype=torch.float64).reshape(-1)
-        i, j = torch.as_tensor(i).reshape(-1), torch.as_tensor(j).reshape(-1)
-        self.stats.accumulate(i, j, {"sum": x, "sumsq": x * x, "count": torch.ones_like(x)})
+        self.stats = add_moments(self.stats, i, j, phi_bar, num_centers)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"c_neg", "pairs"}`` (the sparse sums; no ``pairs`` before any observation)."""
@@ -243,7 +237,7 @@ class PosteriorExceedance(AcceptanceRule):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.c_neg = float(state.get("c_neg", self.c_neg))
         if "pairs" in state:
-            self.stats = PairValues(int(state["pairs"]["num_centers"]), self._DEFAULTS)
+            self.stats = PairValues(int(state["pairs"]["num_centers"]), MOMENTS)
             self.stats.load_state_dict(state["pairs"])
 
     def __repr__(self) -> str:
