@@ -46,6 +46,7 @@ __all__ = [
     "model_name",
     "overrides_training_step",
     "reads_batch_idx",
+    "user_module",
 ]
 
 
@@ -59,10 +60,16 @@ def overrides_training_step(module: torch.nn.Module) -> bool:
     return type(module).training_step is not CenterModule.training_step
 
 
+def user_module(module: torch.nn.Module) -> torch.nn.Module:
+    """The module the user wrote: the wrapped one for an adapter around a plain LightningModule
+    (:class:`~lightning_fed.models.adapter.LightningAdapter`), else ``module`` itself."""
+    inner = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
+    return inner if isinstance(inner, torch.nn.Module) else module
+
+
 def model_name(module: torch.nn.Module) -> str:
     """The user's class name (the wrapped module's, for an adapter around a plain LightningModule)."""
-    inner = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
-    return type(inner if isinstance(inner, torch.nn.Module) else module).__name__
+    return type(user_module(module)).__name__
 
 
 def reads_batch_idx(module: torch.nn.Module) -> bool:
@@ -72,8 +79,7 @@ def reads_batch_idx(module: torch.nn.Module) -> bool:
     in the body (then every center of a step can share one call whatever its index in the epoch);
     ``True`` when it does, or when the source cannot be read (the safe answer).
     """
-    inner = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
-    method = type(inner if isinstance(inner, torch.nn.Module) else module).training_step
+    method = type(user_module(module)).training_step
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(method)))
     except (OSError, TypeError, SyntaxError):
@@ -144,8 +150,7 @@ class LogCapture:
 def captured_logs(module: torch.nn.Module) -> Iterator[LogCapture]:
     """Route ``module.log`` / ``module.log_dict`` to a fresh :class:`LogCapture` while inside."""
     capture = LogCapture()
-    target = getattr(module, "module", None) if hasattr(module, "user_training_step") else None
-    hosts = [m for m in (module, target) if isinstance(m, torch.nn.Module)]
+    hosts = list(dict.fromkeys([module, user_module(module)]))
     for host in hosts:
         object.__setattr__(host, "log", capture.log)
         object.__setattr__(host, "log_dict", capture.log_dict)
