@@ -66,6 +66,9 @@ class Evaluation:
             center's split does not define them); empty without ``metrics:``.
         auroc_low, auroc_high: DeLong (1988) 95 % interval of ``auroc`` ``[C]`` (binary; NaN where a
             class has fewer than two rows, and for multi-class models); None when not computed.
+        logged: What the model's own ``validation_step`` / ``test_step`` logged, ``{name: [C]}``
+            (float64 epoch means per center, :mod:`lightning_fed.engine.eval_step`); empty when the
+            model defines no such step.
     """
 
     auroc: Tensor
@@ -75,6 +78,7 @@ class Evaluation:
     metrics: dict[str, Tensor] = field(default_factory=dict)
     auroc_low: Tensor | None = None
     auroc_high: Tensor | None = None
+    logged: dict[str, Tensor] = field(default_factory=dict)
 
 
 def evaluate(

@@ -65,6 +65,7 @@ collectives (0 in one process).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -78,6 +79,7 @@ from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
+from lightning_fed.engine.eval_step import overrides_eval_step, step_logs
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
 from lightning_fed.metrics import (
     batched_auroc,
@@ -289,7 +291,14 @@ class Federation:
         if split not in ("val", "test"):
             raise ValueError(f"split must be 'val' or 'test', got {split!r}")
         split_set = self.val if split == "val" else self.test
-        return evaluate(self.engine, self.center_params(), split_set, self.metrics)
+        params = self.center_params()
+        evaluation = evaluate(self.engine, params, split_set, self.metrics)
+        if not overrides_eval_step(self.module, split):
+            return evaluation
+        logged = step_logs(
+            self.module, params, split_set.x, split_set.y, split_set.mask, split, self.trainer.batch_size
+        )
+        return dataclasses.replace(evaluation, logged=logged)
 
     @torch.no_grad()
     def val_utility(
@@ -412,6 +421,8 @@ class Federation:
             train_logged={n: v.cpu()[self.assignment] for n, v in (self.engine.last_logged or {}).items()},
             val_metrics=None if val is None else val.metrics,
             test_metrics=None if test is None else test.metrics,
+            val_logged={} if val is None else val.logged,
+            test_logged={} if test is None else test.logged,
         )
 
     def _fault_stats(self, r: int) -> dict[str, float]:
@@ -444,7 +455,15 @@ class Federation:
             "round": result.round,
             **auroc,
             "train_loss_mean": float(result.train_loss.nanmean()),
-            **{f"train/{n}": float(v.nanmean()) for n, v in result.train_logged.items()},
+            **{
+                f"{split}/{n}": float(v.nanmean())
+                for split, logged in (
+                    ("train", result.train_logged),
+                    ("val", result.val_logged),
+                    ("test", result.test_logged),
+                )
+                for n, v in logged.items()
+            },
             "bytes_round": result.bytes_round,
             "mb_cumulative": result.bytes_cumulative / 1e6,
             **accuracy,
@@ -512,6 +531,11 @@ class Federation:
             "val_auroc_robust_centers": v_avg["robust_centers"],
             "val_auroc_weighted": v_avg["weighted"],
             **self._metric_summary(test, val),
+            **{
+                f"{split}/{name}": float(values.nanmean())
+                for split, evaluation in (("test", test), ("val", val))
+                for name, values in evaluation.logged.items()
+            },
             "total_bytes": total,
             "total_mb": total / 1e6,
             "rounds": self.round,

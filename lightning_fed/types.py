@@ -112,6 +112,10 @@ class RoundResult:
         val_metrics: The ``metrics:`` of the config on validation, ``{name: [C]}`` (NaN where
             undefined; None on a round that did not evaluate validation; empty without ``metrics:``).
         test_metrics: The same on the test split.
+        val_logged: What the model's own ``validation_step`` logged, ``{name: [C]}`` per-center epoch
+            means (:mod:`lightning_fed.engine.eval_step`); empty when it defines none or validation
+            was not evaluated this round.
+        test_logged: The same for ``test_step`` on the test split.
     """
 
     round: int
@@ -128,6 +132,8 @@ class RoundResult:
     train_logged: dict[str, Tensor] = field(default_factory=dict)
     val_metrics: dict[str, Tensor] | None = None
     test_metrics: dict[str, Tensor] | None = None
+    val_logged: dict[str, Tensor] = field(default_factory=dict)
+    test_logged: dict[str, Tensor] = field(default_factory=dict)
 
 
 class TrainerConfig:

@@ -24,8 +24,10 @@ class RoundsWriter(Callback):
 
     Columns: round, center, name, train_loss, val_auroc, test_auroc, bytes (this round, on edges
     touching the center), ``train/<name>`` for each value the model's own ``training_step`` logs
-    (the center's row-weighted round mean), plus the round's algorithm statistics (same value for
-    every center).
+    (the center's row-weighted round mean), ``val/<name>`` / ``test/<name>`` for each value its own
+    ``validation_step`` / ``test_step`` logs (the center's epoch mean on the rounds that evaluate that
+    split; :mod:`lightning_fed.engine.eval_step`), plus the round's algorithm statistics (same value
+    for every center).
     ``val_auroc`` / ``test_auroc`` are NaN where a center's AUROC is undefined (one class in its
     split) and null on the rounds that did not evaluate that split (``trainer.eval_every > 1``:
     test at rounds ``k - 1, 2k - 1, ...`` and the last; see :mod:`lightning_fed.federation`).
@@ -55,7 +57,15 @@ class RoundsWriter(Callback):
             "val_auroc": _per_center(result.val_auroc, c),
             "test_auroc": _per_center(result.test_auroc, c),
             "bytes": result.bytes_per_center.numpy(),
-            **{f"train/{n}": v.double().numpy() for n, v in result.train_logged.items()},
+            **{
+                f"{split}/{n}": v.double().numpy()
+                for split, logged in (
+                    ("train", result.train_logged),
+                    ("val", result.val_logged),
+                    ("test", result.test_logged),
+                )
+                for n, v in logged.items()
+            },
         }
         names = getattr(federation, "metrics", None)
         for split, values in (("val", result.val_metrics), ("test", result.test_metrics)):
