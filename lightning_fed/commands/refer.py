@@ -85,7 +85,6 @@ def refer(argv: Sequence[str]) -> Any:
                     f"--baselines {folder}: no {needed} there (is it a finished 'lightning-fed fit' folder?)"
                 )
 
-    from lightning_fed.referral.refer import to_markdown
     from lightning_fed.referral.run import refer_run
 
     run_dir = Path(args.run_dir)
@@ -98,8 +97,9 @@ def refer(argv: Sequence[str]) -> Any:
     from lightning_fed.wandb_logger import log_job
 
     log_job(run_dir, "refer", {}, table=("referral/table", table), save_dir=out)  # the fit's W&B group
-    print(to_markdown(table))
-    print(f"wrote {out / 'referral.csv'}, {out / 'referral.md'}, {out / 'referral_traffic.png'}")
+    print((out / "referral.md").read_text(), end="")
+    written = ", ".join(str(out / f) for f in ("referral.csv", "referral.md", "referral_queries.parquet"))
+    print(f"wrote {written}, {out / 'referral_traffic.png'}")
     return table
 
 

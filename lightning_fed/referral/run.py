@@ -39,7 +39,7 @@ import torch
 
 from lightning_fed.referral.panel import EveryEntry, QueryPanel, config_queries, untransformed_data
 from lightning_fed.referral.prediction import HardTerminal
-from lightning_fed.referral.refer import refer, write_referral
+from lightning_fed.referral.refer import refer_frames, referral_header, split_queries, write_referral
 from lightning_fed.referral.routers import NoReferral, Router
 
 __all__ = ["refer_run"]
@@ -129,8 +129,12 @@ def refer_run(
         common["queries"] = mode.queries(raw, fed.seed)
     elif mode is not None:
         common["queries"] = mode.queries(fed.data, fed.seed)
+    else:
+        common["queries"] = split_queries(fed.data, fed.seed)
     params = fed.center_params()
-    tables = [refer(out, fed.module, params, fed.data, routers=routers, **common)]
+    parts = [
+        refer_frames(out, fed.module, params, fed.data, routers=routers, write=False, picture=True, **common)
+    ]
     entry_only = {"rules": [HardTerminal()], "write": False}
     if alg.stage1_head is not None:
         # The stage-I heads on EdgeDRM's own (post-consensus) encoders; the saved stage-I encoders, kept
@@ -141,8 +145,8 @@ def refer_run(
             rows.append(("DFedAvgM (stage I, pre-consensus)", alg.stage1_head))
         for label, saved in rows:
             stage1 = {**params, **{n: t.to(params[n]) for n, t in saved.items()}}
-            tables.append(
-                refer(
+            parts.append(
+                refer_frames(
                     out,
                     fed.module,
                     stage1,
@@ -156,8 +160,8 @@ def refer_run(
         other = load(Path(folder))
         _same_queries(fed, other, Path(folder))
         label = f"{type(other.algorithm).__name__} ({Path(folder).name})"
-        tables.append(
-            refer(
+        parts.append(
+            refer_frames(
                 out,
                 other.module,
                 other.center_params(),
@@ -167,6 +171,12 @@ def refer_run(
                 **entry_only,
             )
         )
-    table = pl.concat(tables, how="vertical")
-    write_referral(table, out)
+    table = pl.concat([p.table for p in parts], how="vertical")
+    per_query = pl.concat([p.queries for p in parts], how="vertical")
+    topology = getattr(getattr(alg, "selector", None), "topology", None)
+    name = topology.report_key() if topology is not None else None
+    header = referral_header(
+        Path(run_dir).name, alg.graph, fed.seed, hops, threshold, common["queries"], graph_name=name
+    )
+    write_referral(table, out, queries=per_query, header=header)
     return table

@@ -46,16 +46,16 @@ def without_consensus() -> Federation:
 
 
 def _recorded(monkeypatch, tmp_path: Path, fed: Federation) -> tuple[dict[str, dict], list[str]]:
-    """The params every ``refer`` call of ``refer_run`` got, by its (single) router label."""
+    """The params every ``refer_frames`` call of ``refer_run`` got, by its (single) router label."""
     seen: dict[str, dict] = {}
-    real = run_module.refer
+    real = run_module.refer_frames
 
     def spy(out, module, params, data, routers=None, **kwargs):
         if routers is not None and len(routers) == 1:
             seen[routers[0].label] = {n: t.detach().clone() for n, t in params.items()}
         return real(out, module, params, data, routers=routers, **kwargs)
 
-    monkeypatch.setattr(run_module, "refer", spy)
+    monkeypatch.setattr(run_module, "refer_frames", spy)
     table = refer_run(tmp_path, lambda _folder: fed, routers=[CountOnlyRouter()])
     return seen, table["router"].unique(maintain_order=True).to_list()
 

@@ -138,7 +138,7 @@ def test_refer_run_uses_one_panel_for_both_graphs(tmp_path: Path, monkeypatch: p
     every row of a run's table (routers and stage I) the same records."""
     data = tiers_data()
     seen: dict[bool, list] = {False: [], True: []}
-    real = run_module.refer
+    real = run_module.refer_frames
     for shortcut in (False, True):
         fed = _tier_run(data, shortcut)
 
@@ -146,7 +146,7 @@ def test_refer_run_uses_one_panel_for_both_graphs(tmp_path: Path, monkeypatch: p
             _seen.append(kwargs["queries"])
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(run_module, "refer", spy)
+        monkeypatch.setattr(run_module, "refer_frames", spy)
         table = refer_run(
             tmp_path / str(shortcut),
             lambda _folder, fed=fed: fed,

@@ -56,7 +56,21 @@ def test_refer_writes_every_router_and_the_baseline_rows(tmp_path: Path) -> None
     assert (nr["calls_per_query"] == 1).all()
     png = (edrm / "referral_traffic.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (edrm / "referral.md").read_text().startswith("| router |")
+    md = (edrm / "referral.md").read_text()
+    # A header naming the run and its setting, then the table with the headline row marked, one
+    # EdgeDRM-NR row (every rule gives it alike), accuracies in %, and a legend.
+    assert md.startswith("# Referral: edgedrm\n") and "graph: Cycle (4 clients, 4 edges)" in md
+    assert "L (max hops): " in md and "queries: test (" in md
+    assert "| * | EdgeDRM | weighted history |" in md
+    assert md.count("| EdgeDRM-NR |") == 1 and "| accuracy (%) |" in md and "`source_reached`:" in md
+    # One row per query, router and rule; its mean correctness is the table's accuracy, exactly.
+    per_query = pl.read_parquet(edrm / "referral_queries.parquet")
+    assert per_query.height == int(table.height and per_query["query"].n_unique()) * table.height
+    joined = per_query.group_by("router", "prediction_rule").agg(pl.col("correct").mean().alias("acc"))
+    joined = joined.join(
+        table.select("router", "prediction_rule", "accuracy"), on=["router", "prediction_rule"]
+    )
+    assert joined.height == table.height and (joined["acc"] == joined["accuracy"]).all()
     # The report gathers every run's referral table (twice: its own output is not a run).
     for _ in range(2):
         main(["report", str(tmp_path)])
