@@ -9,7 +9,8 @@
 - :func:`routing_picture`: one run's graph with its referral traffic (``referral_traffic.png``,
   written by :func:`lightning_fed.referral.refer.refer`): clients on a circle (id order, tiers
   contiguous when ids are), coloured by tier; a node's area grows with its classifier calls ``C_i``
-  (labelled), an edge's width with the moves along it.
+  (labelled), an edge's width with the moves along it; the legend marks the uniform load and the
+  widest edge (:func:`routing_figure`).
 
 The first two take polars tables as :func:`~lightning_fed.reporting.collect_referrals` returns them
 (a ``run`` column, then the columns of :func:`~lightning_fed.referral.refer.refer`) and return the
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from lightning_fed.plots.canvas import new_figure, save_png
 
-__all__ = ["DEFAULT_ROUTERS", "gain_plot", "routing_picture", "tier_share_plot"]
+__all__ = ["DEFAULT_ROUTERS", "gain_plot", "routing_figure", "routing_picture", "tier_share_plot"]
 
 #: The rows compared by default: EdgeDRM and its ablations, each with the weighted-history rule.
 DEFAULT_ROUTERS = ("EdgeDRM-NR", "random", "count-only", "EdgeDRM w/o prior", "EdgeDRM")
@@ -113,24 +114,17 @@ def tier_share_plot(
 _TIER_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown")
 
 
-def routing_picture(
+def routing_figure(
     adjacency: Tensor,
     calls: Tensor,
     traffic: Tensor,
-    path: str | Path,
     tiers: Sequence[str] | None = None,
     title: str = "",
-) -> Path:
-    """Draw the graph with traffic per node and per edge and save it as a PNG (atomically).
-
-    Args:
-        adjacency: Bool ``[C, C]``.
-        calls: Calls per client ``[C]``.
-        traffic: Moves per undirected edge ``[C, C]`` (symmetric).
-        path: Output PNG.
-        tiers: Tier name per client (colour); None colours every client alike.
-        title: Figure title.
-    """
+) -> Figure:
+    """The figure of :func:`routing_picture`: clients on a circle, each labelled ``id: calls``, its
+    area growing with its calls; an edge's width with the moves along it. The legend gives the
+    tiers, a hollow marker at the uniform load (total calls / clients: what every client would
+    serve if the load were even) and the widest edge's moves."""
     c = int(adjacency.shape[0])
     pos = [(math.cos(2 * math.pi * i / c), math.sin(2 * math.pi * i / c)) for i in range(c)]
     names = list(tiers) if tiers is not None else ["client"] * c
@@ -144,12 +138,16 @@ def routing_picture(
                 w = 0.4 + 5.0 * float(traffic[i, j]) / top_edge
                 ax.plot(*zip(pos[i], pos[j], strict=True), color="0.6", lw=w, zorder=1)
     top = max(float(calls.max()), 1.0)
+
+    def area(value: float) -> float:
+        return 40 + 900 * value / top
+
     for g, colour in palette.items():
         idx = [i for i in range(c) if names[i] == g]
         ax.scatter(
             [pos[i][0] for i in idx],
             [pos[i][1] for i in idx],
-            s=[40 + 900 * float(calls[i]) / top for i in idx],
+            s=[area(float(calls[i])) for i in idx],
             color=colour,
             edgecolor="black",
             zorder=2,
@@ -159,13 +157,56 @@ def routing_picture(
         ax.text(1.16 * x, 1.16 * y, f"{i}: {int(calls[i])}", fontsize=7, ha="center", va="center")
     ax.set_xlim(-1.35, 1.35)
     ax.set_ylim(-1.35, 1.35)
-    if tiers is not None:  # fixed-size legend markers (the node areas encode traffic)
-        handles = [
+    handles = []
+    if tiers is not None:  # fixed-size tier markers (the node areas encode traffic)
+        handles += [
             Line2D([], [], marker="o", ls="", color=col, markeredgecolor="black", label=g)
             for g, col in palette.items()
         ]
-        ax.legend(handles=handles, loc="upper right", fontsize=8, title="tier")
-    ax.set_title(title or "referral traffic (node area: calls; edge width: moves)", fontsize=10)
+    uniform = float(calls.sum()) / max(c, 1)
+    handles.append(
+        Line2D(
+            [],
+            [],
+            marker="o",
+            ls="",
+            markerfacecolor="none",
+            markeredgecolor="black",
+            markersize=math.sqrt(area(uniform)),
+            label=f"uniform load: {uniform:.0f} calls per client",
+        )
+    )
+    handles.append(Line2D([], [], color="0.6", lw=5.4, label=f"widest edge: {int(traffic.max())} moves"))
+    ax.legend(handles=handles, loc="upper right", fontsize=7, labelspacing=1.2, borderpad=0.8)
+    ax.set_title(title or "referral traffic", fontsize=10)
+    ax.text(
+        0.0,
+        -1.3,
+        "label: client id: classifier calls; node area: calls; edge width: moves along the edge",
+        fontsize=7,
+        ha="center",
+    )
     ax.set_aspect("equal")
     ax.axis("off")
-    return save_png(fig, path)
+    return fig
+
+
+def routing_picture(
+    adjacency: Tensor,
+    calls: Tensor,
+    traffic: Tensor,
+    path: str | Path,
+    tiers: Sequence[str] | None = None,
+    title: str = "",
+) -> Path:
+    """Draw :func:`routing_figure` and save it as a PNG (atomically).
+
+    Args:
+        adjacency: Bool ``[C, C]``.
+        calls: Calls per client ``[C]``.
+        traffic: Moves per undirected edge ``[C, C]`` (symmetric).
+        path: Output PNG.
+        tiers: Tier name per client (colour); None colours every client alike.
+        title: Figure title.
+    """
+    return save_png(routing_figure(adjacency, calls, traffic, tiers, title), path)

@@ -149,6 +149,13 @@ class RunRecord:
         return pl.read_csv(path) if path.is_file() else None
 
     @cached_property
+    def referral_queries(self) -> pl.DataFrame | None:
+        """``referral_queries.parquet`` (one row per query, router and rule), or None (a run
+        referred before the file existed, or never)."""
+        path = self.path / "referral_queries.parquet"
+        return pl.read_parquet(path) if path.is_file() else None
+
+    @cached_property
     def routers(self) -> pl.DataFrame | None:
         """:attr:`referral` with its ``router_key`` column (the label where the file predates keys)."""
         table = self.referral

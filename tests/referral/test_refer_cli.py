@@ -77,6 +77,9 @@ def test_refer_writes_every_router_and_the_baseline_rows(tmp_path: Path) -> None
     combined = pl.read_csv(tmp_path / "report" / "referral.csv")
     assert set(combined["run"]) == {"edgedrm"} and combined.height == table.height
     assert (tmp_path / "report" / "referral_gain.png").read_bytes()[:4] == b"\x89PNG"
+    # Routers paired by query: one row per router other than EdgeDRM (8 routers and rows in all).
+    paired = (tmp_path / "report" / "referral_queries_paired.md").read_text()
+    assert paired.count("| Cycle |") == table["router"].n_unique() - 1
 
 
 def test_refer_refuses_a_run_without_potentials(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -9,7 +9,8 @@ table is one module here with a ``SPEC`` added to :func:`specs` (docs/reporting.
   method's per-center support and intervals (``centers.md`` / ``.csv``); :mod:`~.diagnostics`: its
   mechanism diagnostics;
 - :mod:`~.edgedrm`: EdgeDRM Tables 1 and 2 (``edgedrm_table.md``, ``edgedrm_settings.md``);
-  :mod:`~.edgedrm_paired`: their paired orderings; :mod:`~.reach`: whether walks reach the source;
+  :mod:`~.edgedrm_paired`: their paired orderings; :mod:`~.query_paired`: routers paired query by query;
+  :mod:`~.reach`: whether walks reach the source;
   :mod:`~.checkpoints`: what the EdgeDRM checkpoints hold; :mod:`~.lambda_sweep`: Table 5;
 - :mod:`~.tiers`: Table 4 with its paired contrasts.
 """
@@ -24,6 +25,7 @@ from lightning_fed.reporting.tables import (
     edgedrm,
     edgedrm_paired,
     lambda_sweep,
+    query_paired,
     reach,
     table1,
     tiers,
@@ -42,6 +44,7 @@ def specs(reference: str | None = None) -> tuple[TableSpec, ...]:
         edgedrm.SETTINGS_SPEC,
         edgedrm_paired.SPEC,
         reach.SPEC,
+        query_paired.SPEC,
         checkpoints.SPEC,
         lambda_sweep.SPEC,
         tiers.SPEC,
