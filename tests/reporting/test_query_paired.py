@@ -74,7 +74,8 @@ def test_hand_computed_query_paired_difference(root: Path) -> None:
     assert set(stage1["rule"]) == {"hard terminal"}  # its only rule
     text = query_paired_markdown(rows)
     line = next(x for x in text.splitlines() if "| EdgeDRM-NR |" in x)
-    assert "| Path | FashionMNIST SPC5 | 0.9 | EdgeDRM-NR | weighted history | 2 | 8 | 62.50 | 12.50 |" in line
+    cells = "| Path | FashionMNIST SPC5 | 0.9 | EdgeDRM-NR | weighted history | 2 | 8 | 62.50 | 12.50 |"
+    assert cells in line
     assert "+50.00 [" in line
     low = float(line.split("+50.00 [")[1].split(",")[0])
     assert 0.0 <= low <= 50.0
