@@ -1,4 +1,10 @@
-"""``lightning-fed test``: rebuild a finished run from its config and re-evaluate it."""
+"""``lightning-fed test``: rebuild a finished run from its config and re-evaluate it.
+
+Writes ``test.json`` (the summary of the re-evaluation) and ``centers.parquet`` (each center's support
+and DeLong interval, :func:`~lightning_fed.callbacks.centers.write_centers`, the same writer as the
+fit's), both atomically under the run folder's lock: a run written before ``centers.parquet`` existed
+gains it, from the checkpoint's parameters (the ones ``summary.json`` evaluated).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     """``lightning-fed test --run-dir DIR``: rebuild the run from its config and re-evaluate."""
     from jsonargparse import ArgumentParser
 
+    from lightning_fed.callbacks.centers import write_centers
     from lightning_fed.io import write_json
     from lightning_fed.runfolder.session import RunFolder, RunFolderError
 
@@ -31,6 +38,7 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     try:
         with RunFolder.writer(run_dir, "--run-dir"):
             write_json(run_dir / "test.json", summary)
+            write_centers(run_dir / "centers.parquet", federation)
     except RunFolderError as err:
         fail(str(err))
     if federation.fabric.is_global_zero:
