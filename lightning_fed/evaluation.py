@@ -23,12 +23,14 @@ from lightning_fed.metrics import (
     batched_auroc,
     batched_balanced_accuracy,
     batched_macro_auroc,
+    fragile_auroc,
     pooled_auroc,
 )
 from lightning_fed.metrics.delong import delong_interval
+from lightning_fed.metrics.support import split_support
 from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics
 
-__all__ = ["EvalSet", "Evaluation", "evaluate"]
+__all__ = ["EvalSet", "Evaluation", "evaluate", "support_columns"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,3 +112,38 @@ def evaluate(
         auroc_low=low,
         auroc_high=high,
     )
+
+
+def support_columns(
+    split: str, evaluation: Evaluation, padded: EvalSet, num_classes: int, robust_min_per_class: int
+) -> dict[str, list]:
+    """One split's per-center columns of ``centers.parquet`` (and ``holdout.parquet``).
+
+    ``<split>_n``, ``_positives``, ``_negatives``, ``_auroc`` with its DeLong (1988) 95 % interval
+    ``_auroc_low`` / ``_auroc_high`` (NaN where a class has fewer than two rows), ``_auroc_fragile``
+    (defined but resting on one case of a class), ``_robust`` (at least ``robust_min_per_class`` of
+    every class), ``_accuracy`` and ``_balanced_accuracy``, one entry per center.
+
+    Args:
+        split: The column prefix (``"val"``, ``"test"``).
+        evaluation: The split's :class:`Evaluation`.
+        padded: The split the evaluation ran on.
+        num_classes: ``K`` of the labels.
+        robust_min_per_class: ``m`` of the ``_robust`` column.
+    """
+    support = split_support(padded.y, padded.mask, num_classes)
+    nan = torch.full_like(evaluation.auroc, float("nan"))
+    low = nan if evaluation.auroc_low is None else evaluation.auroc_low
+    high = nan if evaluation.auroc_high is None else evaluation.auroc_high
+    return {
+        f"{split}_n": support.n.tolist(),
+        f"{split}_positives": support.positives.tolist(),
+        f"{split}_negatives": support.negatives.tolist(),
+        f"{split}_auroc": evaluation.auroc.double().tolist(),
+        f"{split}_auroc_low": low.double().tolist(),
+        f"{split}_auroc_high": high.double().tolist(),
+        f"{split}_auroc_fragile": fragile_auroc(evaluation.auroc, padded.y, padded.mask).tolist(),
+        f"{split}_robust": support.robust(robust_min_per_class).tolist(),
+        f"{split}_accuracy": evaluation.accuracy.double().tolist(),
+        f"{split}_balanced_accuracy": evaluation.balanced_accuracy.double().tolist(),
+    }

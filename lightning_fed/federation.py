@@ -80,7 +80,7 @@ from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.eval_step import overrides_eval_step, step_logs
-from lightning_fed.evaluation import EvalSet, Evaluation, evaluate
+from lightning_fed.evaluation import EvalSet, Evaluation, evaluate, support_columns
 from lightning_fed.metrics import (
     batched_auroc,
     batched_brier,
@@ -149,6 +149,9 @@ class Federation:
         self.last_result: RoundResult | None = None
         #: Extra summary entries observers contribute (e.g. early stopping's best round).
         self.summary_extras: dict[str, Any] = {}
+        #: The centers held out of training (``evaluation.holdout_centers``, a
+        #: :class:`~lightning_fed.holdout.HeldOut` set by the command that builds the run); None: all train.
+        self.held_out: Any = None
         #: Center-rounds whose local training diverged and was rolled back.
         self.diverged_total = 0
         #: Whether :meth:`Algorithm.finish` has run (a resumed finished run does not rerun it).
@@ -575,24 +578,11 @@ class Federation:
             "n_train": [c.n_train for c in self.data.centers],
         }
         for split in ("val", "test"):
-            ev, padded = evaluations[split], self.val if split == "val" else self.test
-            support = split_support(padded.y, padded.mask, self.data.num_classes)
-            nan = torch.full_like(ev.auroc, float("nan"))
-            low = nan if ev.auroc_low is None else ev.auroc_low
-            high = nan if ev.auroc_high is None else ev.auroc_high
+            padded = self.val if split == "val" else self.test
             rows.update(
-                {
-                    f"{split}_n": support.n.tolist(),
-                    f"{split}_positives": support.positives.tolist(),
-                    f"{split}_negatives": support.negatives.tolist(),
-                    f"{split}_auroc": ev.auroc.double().tolist(),
-                    f"{split}_auroc_low": low.double().tolist(),
-                    f"{split}_auroc_high": high.double().tolist(),
-                    f"{split}_auroc_fragile": fragile_auroc(ev.auroc, padded.y, padded.mask).tolist(),
-                    f"{split}_robust": support.robust(self.robust_min_per_class).tolist(),
-                    f"{split}_accuracy": ev.accuracy.double().tolist(),
-                    f"{split}_balanced_accuracy": ev.balanced_accuracy.double().tolist(),
-                }
+                support_columns(
+                    split, evaluations[split], padded, self.data.num_classes, self.robust_min_per_class
+                )
             )
         return rows
 

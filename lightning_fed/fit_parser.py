@@ -186,6 +186,7 @@ def fit_parser() -> Any:
     from lightning_fed.comm.wire import MAX_NORM_RATIO
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
+    from lightning_fed.holdout import HoldoutSettings
     from lightning_fed.models import MortalityMLP
     from lightning_fed.types import TrainerConfig
 
@@ -202,6 +203,7 @@ def fit_parser() -> Any:
     parser.add_class_arguments(FabricConfig, "fabric")
     parser.add_class_arguments(LoggerConfig, "logger")
     parser.add_class_arguments(OutputConfig, "output")
+    parser.add_class_arguments(HoldoutSettings, "evaluation")  # held-out centers (lightning_fed.holdout)
     parser.add_argument(
         "--metrics",
         type=list[str | dict[str, Any]] | None,

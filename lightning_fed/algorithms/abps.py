@@ -87,6 +87,7 @@ from lightning_fed.aggregation.center_optimizer import CenterServerOptimizer, ce
 from lightning_fed.aggregation.mixing import mix_received, renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.algorithms.peers import JoinsNearestPeers
 from lightning_fed.comm.exchange import exchange, peer_exchange
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
@@ -114,7 +115,7 @@ _log = logging.getLogger(__name__)
 CHUNK_BYTES = 64 * 2**20
 
 
-class ABPS(Algorithm):
+class ABPS(JoinsNearestPeers, Algorithm):
     """Exchange with the selected partners, average, credit (Bayesian partner selection by default).
 
     Args:

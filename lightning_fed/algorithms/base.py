@@ -91,6 +91,24 @@ class Algorithm(ABC):
         final stacked parameters (default: ``ctx.params`` unchanged)."""
         return ctx.params
 
+    def newcomer_weights(self, data: FederatedData, metadata: Tensor, peers: int) -> Tensor | None:
+        """Which trained models a center that did not train receives (``evaluation.holdout_centers``).
+
+        Returns ``[H, C]`` mixing weights over the ``C`` trained centers (each row sums to 1;
+        :mod:`lightning_fed.aggregation.newcomer`), or None for the model every center started from
+        (the seeded initialization). Default: every center by its training rows (for the star
+        methods, FedAvg and its variants, every center holds the global model after aggregation, so
+        this is the global model; personal layers, if any, are averaged too).
+
+        Args:
+            data: The trained federation (as :meth:`prepare` returned it).
+            metadata: The newcomers' descriptors ``[H, d]`` (each from its own train split).
+            peers: ``evaluation.holdout_peers`` (read by the peer methods' rule).
+        """
+        from lightning_fed.aggregation.newcomer import size_weights
+
+        return size_weights(data.n_train, metadata.shape[0])
+
     def round_stats(self) -> dict[str, float]:
         """Scalars about the last round's decisions (e.g. isolation rate); logged per round."""
         return {}

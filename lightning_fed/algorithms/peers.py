@@ -28,7 +28,7 @@ from lightning_fed.models.base import CenterModule
 from lightning_fed.selection.base import PartnerSelector
 from lightning_fed.selection.baselines import GraphNeighbours
 
-__all__ = ["PeerAlgorithm", "peer_selector"]
+__all__ = ["JoinsNearestPeers", "PeerAlgorithm", "peer_selector"]
 
 
 def peer_selector(topology: Topology | None, selector: PartnerSelector | None) -> PartnerSelector:
@@ -50,7 +50,27 @@ def peer_selector(topology: Topology | None, selector: PartnerSelector | None) -
     return default
 
 
-class PeerAlgorithm(Algorithm):
+class JoinsNearestPeers:
+    """A newcomer of a peer-to-peer method receives the mean of its nearest peers' models.
+
+    A center that did not train (``evaluation.holdout_centers``) has no partner history, no posterior
+    and no place on a graph, so nothing of the learned selection applies to it. What it does have is
+    its descriptor ``v_h`` (from its own train split), the thing ABPS's filter admits partners by; so
+    it averages the final models of the ``evaluation.holdout_peers`` trained centers whose
+    descriptors are most similar to its own (cosine, ABPS Eq. 3's homogeneity goal), each by its
+    training rows (:func:`~lightning_fed.aggregation.newcomer.nearest_peer_weights`). The plain
+    average over everyone is FedAvg's rule, which a peer method's personalized models need not
+    share. Mixed into ABPS and :class:`PeerAlgorithm`.
+    """
+
+    def newcomer_weights(self, data: FederatedData, metadata: Tensor, peers: int) -> Tensor | None:
+        """``[H, C]``: each newcomer's ``peers`` nearest trained centers by descriptor (class docstring)."""
+        from lightning_fed.aggregation.newcomer import nearest_peer_weights
+
+        return nearest_peer_weights(data.metadata(), data.n_train, metadata, peers)
+
+
+class PeerAlgorithm(JoinsNearestPeers, Algorithm):
     """A decentralized method whose partners come from a :class:`~lightning_fed.selection.PartnerSelector`.
 
     Args:

@@ -10,7 +10,24 @@ import polars as pl
 from lightning_fed.callbacks.base import Callback
 from lightning_fed.io import atomic_path
 
-__all__ = ["CentersWriter"]
+__all__ = ["CentersWriter", "write_centers"]
+
+
+def write_centers(path: str | Path, federation: Any) -> Path:
+    """Write :meth:`Federation.center_rows <lightning_fed.federation.Federation.center_rows>` (the
+    evaluation of the federation's last ``summary()``) to ``path`` atomically.
+
+    The one writer of ``centers.parquet``: ``fit`` calls it when the fit ends, ``lightning-fed test``
+    after re-evaluating the checkpoint (so a run written before the file existed gains it).
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    frame = pl.DataFrame(federation.center_rows())
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp)
+    return path
 
 
 class CentersWriter(Callback):
@@ -32,6 +49,4 @@ class CentersWriter(Callback):
     def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
         if not federation.fabric.is_global_zero:
             return
-        frame = pl.DataFrame(federation.center_rows())
-        with atomic_path(self.path) as tmp:
-            frame.write_parquet(tmp)
+        write_centers(self.path, federation)

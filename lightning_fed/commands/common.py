@@ -91,6 +91,10 @@ def build_federation(init: Any, fabric: Any) -> Any:
         metrics = resolve_metrics(getattr(init, "metrics", None))  # a bad entry fails before the data
         data = init.data.build(init.seed)
         mark("data")
+        settings = getattr(init, "evaluation", None)  # evaluation.holdout_centers (lightning_fed.holdout)
+        data, held_out = (data, None) if settings is None else settings.split(data, init.seed)
+        if held_out is not None:
+            held_out.check(init.algorithm)
         federation = Federation(
             data,
             init.model,
@@ -101,6 +105,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
             wire=wire_from(init),
             metrics=metrics,
         )
+        federation.held_out = held_out
         mark("federation")
         return federation
     except (ValueError, TypeError, FileNotFoundError) as err:

@@ -1,4 +1,12 @@
-"""``lightning-fed test``: rebuild a finished run from its config and re-evaluate it."""
+"""``lightning-fed test``: rebuild a finished run from its config and re-evaluate it.
+
+Writes ``test.json`` (the summary of the re-evaluation) and ``centers.parquet`` (each center's support
+and DeLong interval, :func:`~lightning_fed.callbacks.centers.write_centers`, the same writer as the
+fit's), both atomically under the run folder's lock: a run written before ``centers.parquet`` existed
+gains it, from the checkpoint's parameters (the ones ``summary.json`` evaluated). A run with
+``evaluation.holdout_centers`` evaluates its held-out centers again too (``holdout/...`` keys,
+``holdout.parquet``; :mod:`lightning_fed.holdout`).
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,7 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     """``lightning-fed test --run-dir DIR``: rebuild the run from its config and re-evaluate."""
     from jsonargparse import ArgumentParser
 
+    from lightning_fed.callbacks.centers import write_centers
     from lightning_fed.io import write_json
     from lightning_fed.runfolder.session import RunFolder, RunFolderError
 
@@ -30,7 +39,10 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     summary = federation.summary()
     try:
         with RunFolder.writer(run_dir, "--run-dir"):
+            if federation.held_out is not None:  # evaluation.holdout_centers: the newcomers again
+                summary.update(federation.held_out.report(federation, run_dir / "holdout.parquet"))
             write_json(run_dir / "test.json", summary)
+            write_centers(run_dir / "centers.parquet", federation)
     except RunFolderError as err:
         fail(str(err))
     if federation.fabric.is_global_zero:

@@ -160,6 +160,7 @@ def _setting(init: Any) -> dict[str, str] | None:
 def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run_dir: Path) -> dict[str, Any]:
     """Run the federation and write ``summary.json`` (rank 0)."""
     from lightning_fed.data.fingerprint import data_fingerprint
+    from lightning_fed.holdout import holdout_key
     from lightning_fed.io import write_json
 
     fabric = federation.fabric
@@ -170,6 +171,8 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     )
     say(f"lightning-fed: training path: {federation.engine.training_path}")
     summary = federation.fit()
+    if federation.held_out is not None:  # evaluation.holdout_centers: the newcomers' evaluation
+        summary.update(federation.held_out.report(federation, run_dir / "holdout.parquet"))
     summary.update(
         method=type(init.algorithm).__name__,
         label=init.output.label,
@@ -183,6 +186,14 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         summary["setting"] = setting
     if fabric.is_global_zero:
         write_json(run_dir / "summary.json", summary)
+    if federation.held_out is not None:
+        say(
+            f"held out: {len(federation.held_out.centers)} centers | test AUROC "
+            + ", ".join(
+                f"{k} steps {summary[holdout_key(k, 'test_auroc_mean')]:.4f}"
+                for k in federation.held_out.settings.holdout_finetune_steps
+            )
+        )
     say(
         f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
         f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "

@@ -13,7 +13,8 @@ walk per report. A record carries what the tables need, each part read at most o
   not relabelled), ``rounds`` (``rounds.parquet``), ``checkpoint`` (its path when there is one),
   ``centers`` (``centers.parquet``: each center's final support and DeLong interval) and
   ``center_test_auroc`` (each center's final test AUROC: from ``centers.parquet``, or for runs
-  written before it, the last round of ``rounds.parquet`` that evaluated the test split).
+  written before it, the rows of ``rounds.parquet`` at the round the summary evaluated: the best
+  round where early stopping restored it, else the last round run).
 
 Everything but the summary is read lazily, on first use, and kept.
 
@@ -179,21 +180,39 @@ class RunRecord:
     def center_test_auroc(self) -> pl.DataFrame | None:
         """Each center's final test AUROC: columns ``center``, ``name``, ``test_auroc`` (NaN where
         undefined) and ``test_robust`` (null when unknown: runs before ``centers.parquet``), one row
-        per center; from :attr:`centers`, else the last round of :attr:`rounds`
-        with a test AUROC (older runs; their final round is the summary's evaluation unless early
-        stopping restored an earlier one); None when the run has neither."""
+        per center; from :attr:`centers`, else (older runs) the rows of :attr:`rounds` at
+        :attr:`final_round`, the round whose parameters ``summary.json`` evaluated; None when the run
+        has neither, or when that round did not evaluate the test split (``trainer.eval_every > 1``:
+        the numbers of another round would not be the summary's; ``lightning-fed test --run-dir``
+        writes the run's ``centers.parquet`` from its checkpoint)."""
         columns = ["center", "name", "test_auroc"]
         if self.centers is not None:
             robust = pl.col("test_robust") if "test_robust" in self.centers.columns else pl.lit(None)
             return self.centers.select(*columns, robust.cast(pl.Boolean).alias("test_robust"))
         rounds = self.rounds
-        if rounds is None or not {"round", *columns} <= set(rounds.columns):
+        if rounds is None or not {"round", *columns} <= set(rounds.columns) or rounds.height == 0:
             return None
-        evaluated = rounds.filter(pl.col("test_auroc").is_not_null())
-        if evaluated.height == 0:
+        final = self.final_round
+        at = rounds.filter((pl.col("round") == final) & pl.col("test_auroc").is_not_null())
+        if at.height == 0:
             return None
-        last = evaluated.filter(pl.col("round") == evaluated["round"].max())
-        return last.select(*columns, pl.lit(None, dtype=pl.Boolean).alias("test_robust")).sort("center")
+        return at.select(*columns, pl.lit(None, dtype=pl.Boolean).alias("test_robust")).sort("center")
+
+    @property
+    def final_round(self) -> int | None:
+        """The 0-based round whose parameters the summary evaluated: ``best_round`` when early stopping
+        restored it (``restored_best``), else ``stopped_round`` when early stopping ran, else the last
+        round of ``rounds.parquet``; None without ``rounds.parquet``. (A final stage after the rounds,
+        EdgeDRM's stage II, changes the parameters again; its numbers are in ``centers.parquet`` only.)
+        """
+        if self.summary.get("restored_best") and int(self.summary.get("best_round", -1)) >= 0:
+            return int(self.summary["best_round"])
+        if self.summary.get("stopped_round") is not None:
+            return int(self.summary["stopped_round"])
+        rounds = self.rounds
+        if rounds is None or "round" not in rounds.columns or rounds.height == 0:
+            return None
+        return int(rounds["round"].max())
 
     def rounds_have(self, column: str) -> bool:
         """Whether ``rounds.parquet`` exists and has ``column`` (reads the schema only)."""

@@ -61,6 +61,8 @@ SAFE_TO_CHANGE = (
     "fabric.devices",
     "fabric.num_nodes",
     "fabric.strategy",
+    "evaluation.holdout_finetune_steps",  # evaluated after training (lightning_fed.holdout)
+    "evaluation.holdout_peers",
 )
 
 #: Dotted keys added after fingerprints existed, with the (flattened) value that gives the results
@@ -74,6 +76,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector.init_args.acceptance": None,  # None: Eq. 7's line 19 (issue 30)
     "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
     "data.init_args.split": None,  # None: the 80/10/10 split of before (lightning_fed.data.split)
+    "evaluation.holdout_centers": None,  # None: every center trains (lightning_fed.holdout)
 }
 
 

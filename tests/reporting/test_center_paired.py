@@ -56,10 +56,10 @@ def _run(root: Path, label: str, seed: int, aurocs: list[float], *, parquet: str
         c = len(aurocs)
         pl.DataFrame(
             {
-                "round": [0] * c + [1] * c + [2] * c,
-                "center": list(range(c)) * 3,
-                "name": names * 3,
-                "test_auroc": [0.5] * c + aurocs + [None] * c,
+                "round": [0] * c + [1] * c,
+                "center": list(range(c)) * 2,
+                "name": names * 2,
+                "test_auroc": [0.5] * c + aurocs,
             },
             schema_overrides={"test_auroc": pl.Float64},
         ).write_parquet(run / "rounds.parquet")
