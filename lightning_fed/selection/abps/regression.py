@@ -113,7 +113,11 @@ class PairRegression(SelectionPolicy):
                 f"{metadata.shape[1] if metadata.ndim == 2 else 0} entries"
             )
         v = metadata[:, : self.metadata_dim].to("cpu", torch.float64)
-        sd = v.std(0, unbiased=False) if c > 1 else torch.ones(self.metadata_dim, dtype=torch.float64)
+        sd = (
+            v.std(0, unbiased=False)
+            if c > 1 and self.metadata_dim
+            else torch.ones(self.metadata_dim, dtype=torch.float64)
+        )
         self.descriptors = v / torch.where(sd > 0, sd, 1.0)
         codes = torch.zeros(c, len(self.attributes), dtype=torch.int64)
         for k, name in enumerate(self.attributes):
