@@ -534,6 +534,7 @@ class Federation:
             "val_auroc_robust_centers": v_avg["robust_centers"],
             "val_auroc_weighted": v_avg["weighted"],
             **self._metric_summary(test, val),
+            **self._concept_summary(test),
             **{
                 f"{split}/{name}": float(values.nanmean())
                 for split, evaluation in (("test", test), ("val", val))
@@ -585,6 +586,22 @@ class Federation:
                 )
             )
         return rows
+
+    def _concept_summary(self, test: Evaluation) -> dict[str, Any]:
+        """On a federation whose centers declare a ``concept`` (the mixed federation of
+        :class:`~lightning_fed.data.TeacherICU`, ``off_concept``): ``test_auroc_<concept>_concept``
+        (``in``, ``off``), the mean test AUROC over that concept's centers where it is defined, and
+        ``..._centers``, their count; nothing otherwise."""
+        concepts = [c.attributes.get("concept") for c in self.data.centers]
+        if not concepts or any(x is None for x in concepts):
+            return {}
+        out: dict[str, Any] = {}
+        for concept in sorted(set(map(str, concepts))):
+            rows = torch.tensor([str(x) == concept for x in concepts])
+            s = summarize(test.auroc.detach().to("cpu")[rows])
+            out[f"test_auroc_{concept}_concept"] = s.mean
+            out[f"test_auroc_{concept}_concept_centers"] = s.n_defined
+        return out
 
     def _metric_summary(self, test: Evaluation, val: Evaluation) -> dict[str, Any]:
         """The ``metrics:`` entries of the summary: per metric and split, the mean and std over the

@@ -100,6 +100,7 @@ from lightning_fed.selection.base import PartnerSelector, partner_edges, partner
 from lightning_fed.selection.diagnostics import (
     REST_CAUSES,
     MeanRows,
+    flagged_partner_slots,
     posterior_mean_spread,
     repeat_edges,
     rest_causes,
@@ -200,6 +201,11 @@ class ABPS(JoinsNearestPeers, Algorithm):
         if units and all(u is not None for u in units):
             codes = {u: k for k, u in enumerate(sorted(set(map(str, units))))}
             self.groups = torch.tensor([codes[str(u)] for u in units], dtype=torch.int64)
+        concepts = [c.attributes.get("concept") for c in data.centers]
+        #: Off-concept flag per center on a mixed federation (centers declare ``concept``), else None.
+        self.off_concept: Tensor | None = None
+        if concepts and all(x is not None for x in concepts):
+            self.off_concept = torch.tensor([x == "off" for x in concepts], dtype=torch.bool)
         self.last_selected: list[list[int]] = [[] for _ in range(self.num_centers)]
         #: Mechanism diagnostics summed over rounds (see :mod:`lightning_fed.selection.diagnostics`).
         self.diagnostics: dict[str, Any] = {
@@ -207,6 +213,7 @@ class ABPS(JoinsNearestPeers, Algorithm):
             "edges_after_first": 0,
             "causes": dict.fromkeys(REST_CAUSES, 0),
             "same_unit": [],  # per round: [same, expected, slots]
+            "off_concept": [],  # per round: [hits, expected, slots] (mixed federations)
             "spread": None,
         }
 
@@ -307,8 +314,10 @@ class ABPS(JoinsNearestPeers, Algorithm):
         ``partner_repeat_rate``: share of this round's selected partnerships that were also selected
         last round (from round 1 on); ``posterior_mean_spread`` (selectors with a posterior);
         ``partner_same_unit_rate`` against ``partner_same_unit_chance`` (federations whose centers
-        have a ``care_unit``); ``isolation_<cause>`` for the four causes, summing to
-        ``isolation_rate``.
+        have a ``care_unit``); ``partner_off_concept_rate`` against ``..._chance`` (centers that
+        declare a ``concept``: the mixed federation); ``isolation_<cause>`` for the four causes, summing to
+        ``isolation_rate``; the selector's own :meth:`round_diagnostics` (an acceptance rule's
+        ``rest_*``).
         """
         diag, stats = self.diagnostics, self._round
         c = self.num_centers
@@ -323,6 +332,7 @@ class ABPS(JoinsNearestPeers, Algorithm):
         for cause, n in causes.items():
             diag["causes"][cause] += n
             stats[f"isolation_{cause}"] = n / c
+        stats.update(self.selector.round_diagnostics())
         posterior = getattr(self.selector, "posterior", None)
         if posterior is not None:  # read a block of rows at a time when the posterior can
             means = posterior if isinstance(posterior, MeanRows) else posterior.mean()
@@ -335,6 +345,13 @@ class ABPS(JoinsNearestPeers, Algorithm):
             if slots:
                 stats["partner_same_unit_rate"] = same / slots
                 stats["partner_same_unit_chance"] = expected / slots
+        if self.off_concept is not None:
+            cand = match.candidates if match is not None else ~torch.eye(c, dtype=torch.bool)
+            hits, expected, slots = flagged_partner_slots(partners, cand, self.off_concept)
+            diag.setdefault("off_concept", []).append([hits, expected, slots])
+            if slots:
+                stats["partner_off_concept_rate"] = hits / slots
+                stats["partner_off_concept_chance"] = expected / slots
 
     def round_stats(self) -> dict[str, float]:
         return dict(getattr(self, "_round", {}))
@@ -343,7 +360,10 @@ class ABPS(JoinsNearestPeers, Algorithm):
         """Rest and bandwidth counters and the mechanism diagnostics over the whole run.
 
         ``partner_same_unit_rate_last10`` / ``..._chance_last10`` cover the last 10 rounds only
-        (whether selection has concentrated by the end).
+        (whether selection has concentrated by the end). On a mixed federation
+        ``partner_off_concept_rate`` / ``..._chance`` (in-concept receivers' slots with off-concept
+        peers, :func:`~lightning_fed.selection.diagnostics.flagged_partner_slots`) over all rounds,
+        the last 10 and rounds 30 on (``_from30``, 0-based round index >= 30).
         """
         denom = max(1, self.rounds_seen * self.num_centers)
         diag = self.diagnostics
@@ -363,6 +383,12 @@ class ABPS(JoinsNearestPeers, Algorithm):
             if slots:
                 out[f"partner_same_unit_rate{suffix}"] = sum(r[0] for r in rows) / slots
                 out[f"partner_same_unit_chance{suffix}"] = sum(r[1] for r in rows) / slots
+        off = diag.get("off_concept", [])
+        for suffix, rows in (("", off), ("_last10", off[-10:]), ("_from30", off[30:])):
+            slots = sum(r[2] for r in rows)
+            if slots:
+                out[f"partner_off_concept_rate{suffix}"] = sum(r[0] for r in rows) / slots
+                out[f"partner_off_concept_chance{suffix}"] = sum(r[1] for r in rows) / slots
         return out
 
     def _counters(self) -> tuple[int, int, int, int]:

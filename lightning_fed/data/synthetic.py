@@ -111,6 +111,25 @@ Orderings
     while Centralized trains on the pooled standardization
     (:func:`~lightning_fed.data.center.pooled_standardization`), hence Centralized > FedAvg.
 
+Mixed federation (``off_concept``, issue 30)
+    A fraction ``off_concept`` of the centers (``round(off_concept * C)`` of them, drawn without
+    replacement from ``numpy_rng(seed, "synthetic", 20)``, a stream no other draw uses, so the
+    in-concept centers' rows, labels and every other draw are those of ``off_concept = 0`` bit for
+    bit) label their rows by the opposite rule: their risk part is negated, :math:`\eta_k \to
+    -\eta_k` (the same features, the same shared and per-unit teachers, reversed in sign), and
+    their intercept :math:`b_k` is calibrated to the same base rate as before. Each center declares
+    ``concept: "in"`` or ``"off"`` (``attributes``; a selector may not read it: ABPS's pair
+    policies use only the attributes they are told to, ``care_unit`` by default). Orderings it
+    produces, and why: (i) on the off-concept centers every model trained on the pooled in-concept
+    majority ranks risk backwards, so FedAvg's AUROC there is below 0.5 and Local beats FedAvg;
+    off-concept centers help each other (one shared reversed rule), so a selector that pairs them
+    together beats Local there; (ii) on the in-concept centers FedAvg's average is pulled towards the
+    reversed rule by the off-concept updates (15 % of the centers, their share of the rows), so a
+    selector that keeps its in-concept centers away from off-concept peers can match or beat
+    FedAvg there, and one that partners at random mixes one reversed update in about every
+    seventh; (iii) the care unit says nothing about the concept (off-concept centers are drawn
+    across units), so only what a center observes of a peer's credit can tell them apart.
+
 Every draw comes from ``numpy_rng(seed, "synthetic", ...)``: the same seed gives identical data.
 """
 
@@ -463,6 +482,8 @@ class TeacherICU(TableSource):
             :meth:`build` (so training seeds can vary over the same data).
         split: Per-center train / validation / test split, stratified by label, with an optional
             ``min_per_class`` guarantee (:class:`~lightning_fed.data.split.Split`); None: 80/10/10.
+        off_concept: Fraction of centers in ``[0, 1)`` whose labels follow the reversed rule (the
+            mixed federation, module docstring); 0 (default): none, and no ``concept`` attribute.
 
     Raises:
         ValueError: On an argument out of range (the message names it).
@@ -485,7 +506,13 @@ class TeacherICU(TableSource):
         partitioner: Partitioner | None = None,
         seed: int | None = None,
         split: Split | None = None,
+        off_concept: float = 0.0,
     ) -> None:
+        self.off_concept = check_number("off_concept", off_concept, 0.0, strict=False)
+        if self.off_concept >= 1.0:
+            raise ValueError(
+                f"off_concept is the fraction of off-concept centers and must be < 1, got {off_concept}"
+            )
         self.num_centers, self.num_stays, self.min_stays, self.size_tail = check_layout(
             num_centers, num_stays, min_stays, size_tail
         )
@@ -505,8 +532,18 @@ class TeacherICU(TableSource):
             f"beta={self.beta}, drift={self.drift}, size_tail={self.size_tail}, signal={self.signal}, "
             f"nonlinearity={self.nonlinearity}, feature_shift={self.feature_shift}, "
             f"concept_shift={self.concept_shift}, unit_nonlinearity={self.unit_nonlinearity}, "
-            f"min_stays={self.min_stays}, partitioner={self.partitioner!r}, seed={self.seed})"
+            f"min_stays={self.min_stays}, partitioner={self.partitioner!r}, seed={self.seed}"
+            + (f", off_concept={self.off_concept})" if self.off_concept else ")")
         )
+
+    def off_concept_centers(self, seed: int) -> np.ndarray:
+        """Bool ``[C]``: the centers whose labels follow the reversed rule (module docstring)."""
+        n_centers = len(self._layout()[0])
+        off = np.zeros(n_centers, dtype=bool)
+        count = round(self.off_concept * n_centers)
+        if count:
+            off[numpy_rng(seed, "synthetic", 20).choice(n_centers, size=count, replace=False)] = True
+        return off
 
     def report_key(self) -> str:
         """``SyntheticICU``: the historical name every shipped config and earlier run uses (the same
@@ -650,6 +687,9 @@ class TeacherICU(TableSource):
                 if rows.any():
                     g_u = _teacher(numpy_rng(seed, "synthetic", 4 + u), f)
                     eta[rows] += self.unit_nonlinearity * g_u[rows]
+        off = self.off_concept_centers(seed)
+        if off.any():  # the mixed federation: the off-concept centers' risk, reversed
+            eta = np.where(off[site_c], -eta, eta)
         # per-center intercept so that the center's expected mortality equals its base rate
         lo, hi = np.full(n_centers, -30.0), np.full(n_centers, 30.0)
         for _ in range(50):
@@ -662,6 +702,10 @@ class TeacherICU(TableSource):
         y = (rng.random(n) < _sigmoid(true_logit)).astype(np.int64)
 
         labels, starts = site_labels(unit_c, window_c)
+        attributes = site_attributes(labels, unit_c, starts, base_rate)
+        if self.off_concept:
+            for k, label in enumerate(labels):
+                attributes[str(label)] = {**attributes[str(label)], "concept": "off" if off[k] else "in"}
         table = PooledTable(
             x=x,
             y=y,
@@ -670,7 +714,7 @@ class TeacherICU(TableSource):
             year=row_years(rng, starts, site_c),
             site=labels[site_c],
             charlson_columns=CHARLSON_COLUMNS,
-            attributes=site_attributes(labels, unit_c, starts, base_rate),
+            attributes=attributes,
         )
         return table, true_logit
 

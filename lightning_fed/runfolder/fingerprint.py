@@ -77,6 +77,8 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
     "data.init_args.split": None,  # None: the 80/10/10 split of before (lightning_fed.data.split)
     "evaluation.holdout_centers": None,  # None: every center trains (lightning_fed.holdout)
+    "data.init_args.off_concept": 0.0,  # TeacherICU without off-concept centers (issue 30)
+    "algorithm.init_args.selector.init_args.acceptance.init_args.model_posterior": False,  # (issue 30)
 }
 
 

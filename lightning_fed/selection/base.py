@@ -92,6 +92,11 @@ class PartnerSelector(ABC):
     def setup(self, metadata: Tensor, seed: int) -> None:
         """Called once before training with the centers' descriptors ``[C, d]`` and the run seed."""
 
+    def round_diagnostics(self) -> dict[str, float]:
+        """Selector-specific scalars of the last :meth:`select`, added to the round's statistics
+        (``rounds.parquet``); none by default."""
+        return {}
+
     @abstractmethod
     def select(self, round_idx: int, available: Tensor | None = None) -> list[list[int]]:
         """Partner sets ``P_i`` of round ``round_idx``: symmetric (``j in P[i]`` iff ``i in P[j]``).

@@ -11,6 +11,10 @@ measure both from one round's partner sets, so a run shows the mechanism instead
 * :func:`same_group_slots`: on a federation whose centers carry a group (the synthetic care unit),
   how many partner slots join two centers of one group, against the count expected if partners were
   drawn uniformly from each center's candidates (``partner_same_unit_rate`` vs ``..._chance``);
+* :func:`flagged_partner_slots`: on a federation where some centers are flagged (the mixed
+  federation's off-concept centers), how many of the unflagged centers' partner slots go to a
+  flagged center, against the count expected from uniform draws (``partner_off_concept_rate`` vs
+  ``..._chance``);
 * :func:`rest_causes`: why each resting center rests, one cause per center, so the four shares sum
   to the isolation rate:
 
@@ -35,6 +39,7 @@ __all__ = [
     "MatchRecord",
     "MeanRows",
     "ScoreColumns",
+    "flagged_partner_slots",
     "posterior_mean_spread",
     "repeat_edges",
     "rest_causes",
@@ -204,3 +209,26 @@ def same_group_slots(partners: list[list[int]], candidates: Tensor, groups: Tens
     for value in share[dst].tolist():
         expected += value
     return same, expected, len(dst)
+
+
+def flagged_partner_slots(
+    partners: list[list[int]], candidates: Tensor, flagged: Tensor
+) -> tuple[int, float, int]:
+    """``(hits, expected, slots)`` over the directed slots ``j in P_i`` of unflagged receivers ``i``.
+
+    ``hits`` counts slots with ``flagged[j]``; ``expected`` sums, over the same slots, the share of
+    flagged centers among ``i``'s candidates (the rate if ``i`` drew uniformly from ``C_i``), so
+    ``hits / slots`` against ``expected / slots`` is the rate of partnerships with flagged centers
+    against chance, seen from the unflagged side (on the mixed federation: the in-concept centers'
+    partnerships with off-concept ones). It is :func:`same_group_slots` with the flag as the group,
+    restricted to unflagged receivers: a slot is a hit iff it is not same-group.
+
+    Args:
+        partners: Partner sets.
+        candidates: bool ``[C, C]`` the candidate sets the partners were drawn from.
+        flagged: bool ``[C]``.
+    """
+    flagged = flagged.to("cpu", torch.bool).reshape(-1)
+    kept = [ps if not flagged[i] else [] for i, ps in enumerate(partners)]
+    same, expected, slots = same_group_slots(kept, candidates, flagged.to(torch.int64))
+    return slots - same, slots - expected, slots

@@ -206,3 +206,18 @@ def test_blocked_diagnostics_equal_the_dense_reference(c: int) -> None:
     want = _reference_spread(post.mean(), cand)
     assert posterior_mean_spread(post, cand) == want
     assert posterior_mean_spread(post.mean(), cand) == want
+
+
+def test_flagged_partner_slots_by_hand() -> None:
+    """4 centers, 1 and 3 flagged: unflagged receivers 0 and 2 have two slots each, one to a flagged
+    peer; each one's candidates hold 2 flagged of 3, so the expected count is 4 x 2/3. Flagged
+    receivers' slots are not counted."""
+    from lightning_fed.selection.diagnostics import flagged_partner_slots
+
+    flagged = torch.tensor([False, True, False, True])  # 1 and 3 flagged
+    partners = [[1, 2], [0], [0, 3], [2]]
+    cand = ~torch.eye(4, dtype=torch.bool)
+    hits, expected, slots = flagged_partner_slots(partners, cand, flagged)
+    # receivers 0 and 2 (unflagged): 0 -> {1 (hit), 2}, 2 -> {0, 3 (hit)}; each sees 2 of 3 flagged
+    assert (hits, slots) == (2, 4)
+    assert expected == pytest.approx(4 * 2 / 3)

@@ -17,6 +17,7 @@ import torch
 
 from lightning_fed.selection.abps import (
     BayesianSelector,
+    PairRegression,
     PosteriorExceedance,
     negative_transfer_threshold,
     ucb,
@@ -139,3 +140,96 @@ def test_the_empirical_prior_keeps_collaborating_where_peers_help() -> None:
     the matching's capacity (at most one center of 40 in a round, as under the Beta prior)."""
     empirical = _many(0.05, PosteriorExceedance(empirical_prior=True))
     assert max(sum(not ps for ps in rnd) for rnd in empirical[5:]) <= 1
+
+
+def _grouped(acceptance, policy, groups: torch.Tensor, phi, rounds: int = 15):
+    """40-center replay with declared groups; ``phi(i, j)`` the true Shapley values. Returns the
+    partner sets and the selector's ``rest_*`` diagnostics per round."""
+    gen = torch.Generator().manual_seed(1)
+    sel = BayesianSelector(kappa=2, epsilon=0.0, acceptance=acceptance, policy=policy)
+    sel.declare([{"care_unit": int(g)} for g in groups])
+    sel.setup(torch.zeros(len(groups), 3), 0)
+    out, diagnostics = [], []
+    for r in range(rounds):
+        partners = sel.select(r)
+        out.append(partners)
+        diagnostics.append(sel.round_diagnostics())
+        i = torch.tensor([a for a, ps in enumerate(partners) for _ in ps], dtype=torch.int64)
+        j = torch.tensor([b for ps in partners for b in ps], dtype=torch.int64)
+        if len(i):
+            sel.observe(i, j, phi(i, j) + 0.01 * torch.randn(len(i), generator=gen, dtype=torch.float64))
+    return out, diagnostics
+
+
+def test_the_model_posterior_rests_every_center_where_every_peer_hurts() -> None:
+    """Every pair -0.05 (phi_bar 0.25): after one round the pooled intercept is about 0.25 with a
+    tight posterior and no pair residual, so every candidate's bound u_hat + z s is below c_neg and
+    every center rests (the Lemma 1 rest, ``rest_refuses_all`` 1); where every pair helps nobody
+    rests but for the matching's capacity."""
+    groups = torch.zeros(40, dtype=torch.int64)
+    model = PosteriorExceedance(model_posterior=True)
+    hurt, diag = _grouped(
+        model, PairRegression(metadata_dim=0), groups, lambda i, j: torch.full(i.shape, -0.05)
+    )
+    assert all(not ps for rnd in hurt[2:] for ps in rnd)
+    assert all(d["rest_refuses_all"] == 1.0 for d in diag[2:])
+    assert diag[0]["rest_refuses_all"] == 0.0  # before any credit: the prior, every stranger is tried
+    helped, diag = _grouped(
+        PosteriorExceedance(model_posterior=True),
+        PairRegression(metadata_dim=0),
+        groups,
+        lambda i, j: torch.full(i.shape, 0.05),
+    )
+    assert max(sum(not ps for ps in rnd) for rnd in helped[2:]) <= 1
+    assert all(d["rest_refuses_all"] == 0.0 for d in diag[2:])
+
+
+def test_the_model_posterior_refuses_strangers_of_the_harmful_group() -> None:
+    """4 declared groups of 10: same-group pairs +0.05, cross-group -0.05. The model learns the
+    same-group coefficient from everyone's credits and refuses cross-group strangers, so from round 2
+    every partnership is within a group; the Beta prior keeps trying cross-group strangers (each is
+    worth one try under Phi(0) = 0.5 >= level)."""
+    groups = torch.arange(40) % 4
+
+    def phi(i, j):
+        return torch.where(groups[i] == groups[j], 0.05, -0.05).to(torch.float64)
+
+    def same_share(rounds):
+        slots = [(a, b) for rnd in rounds for a, ps in enumerate(rnd) for b in ps]
+        return sum(bool(groups[a] == groups[b]) for a, b in slots) / len(slots)
+
+    model, _ = _grouped(
+        PosteriorExceedance(model_posterior=True), PairRegression(metadata_dim=0), groups, phi
+    )
+    beta, _ = _grouped(PosteriorExceedance(), PairRegression(metadata_dim=0), groups, phi)
+    assert same_share(model[2:]) == 1.0
+    assert same_share(beta[2:]) < 0.97
+
+
+def test_the_stranger_diagnostics_say_why_the_beta_prior_cannot_rest() -> None:
+    """``rest_stranger_bound``: the Beta prior's stranger bound 0.5 + z sigma / sqrt 2 stays above
+    c_neg (no center's strangers refused) although every peer hurts; the empirical prior's falls
+    below it."""
+    groups = torch.zeros(40, dtype=torch.int64)
+    z = 1.6448536269514722
+    _, beta = _grouped(
+        PosteriorExceedance(), PairRegression(metadata_dim=0), groups, lambda i, j: torch.full(i.shape, -0.05)
+    )
+    for d in beta[3:]:
+        assert d["rest_stranger_bound"] == pytest.approx(0.5 + z * d["rest_sigma"] / math.sqrt(2.0))
+        assert d["rest_stranger_refused"] == 0.0 and d["rest_c_neg"] == 0.5
+        assert d["rest_track_record"] < 0.4
+    _, emp = _grouped(
+        PosteriorExceedance(empirical_prior=True),
+        PairRegression(metadata_dim=0),
+        groups,
+        lambda i, j: torch.full(i.shape, -0.05),
+    )
+    assert emp[-1]["rest_stranger_refused"] == 1.0
+
+
+def test_model_posterior_needs_a_policy_with_a_model() -> None:
+    with pytest.raises(ValueError, match=r"acceptance\.init_args\.model_posterior .*PairRegression"):
+        BayesianSelector(acceptance=PosteriorExceedance(model_posterior=True)).setup(torch.zeros(3, 3), 0)
+    with pytest.raises(ValueError, match=r"acceptance\.init_args\.empirical_prior"):
+        PosteriorExceedance(model_posterior=True, empirical_prior=True)

@@ -113,7 +113,11 @@ class PairRegression(SelectionPolicy):
                 f"{metadata.shape[1] if metadata.ndim == 2 else 0} entries"
             )
         v = metadata[:, : self.metadata_dim].to("cpu", torch.float64)
-        sd = v.std(0, unbiased=False) if c > 1 else torch.ones(self.metadata_dim, dtype=torch.float64)
+        sd = (
+            v.std(0, unbiased=False)
+            if c > 1 and self.metadata_dim
+            else torch.ones(self.metadata_dim, dtype=torch.float64)
+        )
         self.descriptors = v / torch.where(sd > 0, sd, 1.0)
         codes = torch.zeros(c, len(self.attributes), dtype=torch.int64)
         for k, name in enumerate(self.attributes):
@@ -203,18 +207,63 @@ class PairRegression(SelectionPolicy):
             rows = torch.arange(lo, min(c, lo + BLOCK_ROWS))
             x = self.features(rows[:, None], peers[None, :])  # [B, C, d]
             out[rows] = torch.einsum("bcd,bd->bc", x, drawn[rows])
-        pairs = posterior.pairs
-        if self.residual and len(pairs):  # the per-pair residual on the observed pairs
-            i, j, n = pairs.i, pairs.j, pairs.values["count"]
-            seen = n > 0
-            i, j, n = i[seen], j[seen], n[seen]
-            mean = (pairs.values["alpha"][seen] - posterior.alpha0) / n
-            e = mean - (self.features(i, j) * w[i]).sum(-1)
-            s2 = self.noise()
-            tau2 = max(0.0, float((e * e - s2 / n).mean()))
-            if tau2 > 0:
-                out[i, j] += e * n / (n + s2 / tau2)
+        i, j, r, _, _ = self.residual_effects(posterior, w)
+        out[i, j] += r
         return out
+
+    def _pair_residuals(self, posterior: BetaPosterior, w: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(i, j, n, e_bar)`` on the observed pairs: count and mean residual from the model."""
+        pairs = posterior.pairs
+        n = pairs.values["count"] if len(pairs) else torch.zeros(0, dtype=torch.float64)
+        seen = n > 0
+        i, j, n = pairs.i[seen], pairs.j[seen], n[seen]
+        mean = (pairs.values["alpha"][seen] - posterior.alpha0) / n
+        return i, j, n, mean - (self.features(i, j) * w[i]).sum(-1)
+
+    def residual_effects(
+        self, posterior: BetaPosterior, w: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
+        """``(i, j, r, v, tau2)``: on the observed pairs the shrunk residual ``r_ij`` and its posterior
+        variance ``v_ij = (1/tau^2 + n_ij/sigma^2)^{-1}``, and ``tau^2 = max(0, mean(e_bar^2 -
+        sigma^2/n))`` (module docstring; no pairs without ``residual`` or while ``tau^2 = 0``)."""
+        empty = torch.zeros(0, dtype=torch.int64)
+        none = (empty, empty, empty.to(torch.float64), empty.to(torch.float64), 0.0)
+        if not (self.residual and len(posterior.pairs)):
+            return none
+        i, j, n, e = self._pair_residuals(posterior, w)
+        if not len(n):
+            return none
+        s2 = self.noise()
+        tau2 = max(0.0, float((e * e - s2 / n).mean()))
+        if tau2 <= 0:
+            return none
+        return i, j, e * n / (n + s2 / tau2), 1.0 / (1.0 / tau2 + n / s2), tau2
+
+    def predictive(self, posterior: BetaPosterior) -> tuple[Tensor, Tensor]:
+        r"""The posterior of every pair's utility :math:`u_{ij} = x_{ij}^\top w_i + r_{ij}`: ``(mean,
+        var)``, float64 ``[C, C]``.
+
+        ``mean = x^T w_hat_i + r_ij`` (the shrunk residual, 0 for an unobserved pair), ``var = x^T
+        P_i^{-1} x + v_ij`` with ``v_ij`` the residual's posterior variance on an observed pair and
+        its prior ``tau^2`` on an unobserved one (:meth:`residual_effects`). This is what a center
+        believes about a peer it has never met: the model's prediction for that pair's features,
+        with the spread of pairs around the model.
+        """
+        c = posterior.num_centers
+        w, chol = self.posterior(c)
+        cov = torch.cholesky_inverse(chol)  # P_i^{-1} [C, d, d]
+        i, j, r, v, tau2 = self.residual_effects(posterior, w)
+        mean = torch.empty(c, c, dtype=torch.float64)
+        var = torch.empty(c, c, dtype=torch.float64)
+        peers = torch.arange(c)
+        for lo in range(0, c, BLOCK_ROWS):
+            rows = torch.arange(lo, min(c, lo + BLOCK_ROWS))
+            x = self.features(rows[:, None], peers[None, :])  # [B, C, d]
+            mean[rows] = torch.einsum("bcd,bd->bc", x, w[rows])
+            var[rows] = torch.einsum("bcd,bde,bce->bc", x, cov[rows], x) + tau2
+        mean[i, j] += r
+        var[i, j] += v - tau2
+        return mean, var
 
     def pair_scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> DenseScores:
         return DenseScores(self.scores(posterior, t, generator))

@@ -72,6 +72,40 @@ collaboration hurts every center (each its own concept) centers stop trying stra
 harmful credits; where some peers help, :math:`m_i` stays near or above :math:`c_{neg}` and
 strangers are still tried. Off by default (the rule as first built).
 
+Why the empirical prior still does not rest at 230 centers (measured, issue 30). The per-round
+diagnostics (``rest_*`` columns of ``rounds.parquet``, :meth:`PosteriorExceedance.diagnostics`) show
+the stranger bound :math:`m_i + z\sigma/\sqrt{n_0}`: the stranger's width is the prior's,
+:math:`\sigma/\sqrt{n_0}` with :math:`n_0 = 2`, so with the measured credit noise it is refused only
+when :math:`m_i` is far below ``c_neg`` (docs/methods.md gives the measured values). One
+Beta pseudo-count's worth of belief about a stranger is all the per-pair model has; it does not use
+what the federation has learned about pairs like this one.
+
+The model posterior (``model_posterior: true``). With a policy that models credit on pair
+features (:class:`~lightning_fed.selection.abps.regression.PairRegression`), every pair, observed or
+not, is scored by that model's posterior of its utility,
+:math:`u_{ij} \mid \text{data} \approx N(\hat u_{ij}, s^2_{ij})` with
+:math:`\hat u_{ij} = x_{ij}^\top\hat w_i + \hat r_{ij}` and
+:math:`s^2_{ij} = x_{ij}^\top P_i^{-1}x_{ij} + v_{ij}`
+(:meth:`~lightning_fed.selection.abps.regression.PairRegression.predictive`: the coefficient
+uncertainty plus the per-pair residual's, :math:`v_{ij} = \hat\tau^2` for a stranger), and
+
+.. math:: a_{i\to j} = \Phi\!\left(\frac{\hat u_{ij} - c_{neg}}{s_{ij}}\right).
+
+When it rests: with ``mutual``, ``i`` refuses ``j`` iff :math:`\hat u_{ij} + z s_{ij} < c_{neg}` and
+rests iff that holds for every candidate, i.e. when the model predicts every candidate's utility
+below ``c_neg`` with a margin of ``z`` posterior sds. Pooled over observers, :math:`P^{-1}` shrinks
+like ``1/N`` in the federation's total number of credits ``N`` (hundreds per round), so after a few
+rounds :math:`s_{ij} \approx \hat\tau` for strangers: (a) where pairs differ little beyond their
+features (:math:`\hat\tau \to 0`) a center rests as soon as every candidate's predicted mean is below
+``c_neg`` (on a federation where every peer hurts: the intercept falls below ``c_neg`` and every
+center rests; on one where a declared attribute separates helpful from harmful peers: the harmful
+group is refused, the helpful one kept, and a center rests only if its helpful group is empty or
+itself predicted below ``c_neg``); (b) where pairs spread widely around the model,
+:math:`\hat u + z\hat\tau \ge c_{neg}` keeps strangers worth a try, and only observed pairs (whose
+:math:`v_{ij}` shrinks with :math:`n_{ij}`) are refused. A refusal is final as before (a refused
+pair is not observed), but the model keeps learning from the other pairs, so a stranger's score
+moves with the pooled fit. Needs a policy with ``predictive`` (an error at setup otherwise).
+
 Scores: the acceptance table is a :class:`~lightning_fed.selection.abps.policy.SparseScores` of
 :math:`a_{i\to j}` (the observed pairs, plus one value for every unobserved pair), so nothing
 ``[C, C]`` is built. Ranking is unchanged: the policy's scores order the proposals.
@@ -86,14 +120,27 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.selection.abps.policy import SparseScores
-from lightning_fed.selection.abps.posterior import MOMENTS, BetaPosterior, PairValues, add_moments
+from lightning_fed.selection.abps.policy import DenseScores, PairScores, SelectionPolicy, SparseScores
+from lightning_fed.selection.abps.posterior import BLOCK_ROWS, MOMENTS, BetaPosterior, PairValues, add_moments
 from lightning_fed.selection.base import SELECTOR_KEY
 from lightning_fed.validation import check_number
 
-__all__ = ["AcceptanceRule", "PosteriorExceedance", "negative_transfer_threshold"]
+__all__ = ["AcceptanceRule", "PosteriorExceedance", "best_candidate_scores", "negative_transfer_threshold"]
 
 _KEY = f"{SELECTOR_KEY}.acceptance.init_args"
+
+
+def best_candidate_scores(table: PairScores, candidates: Tensor) -> Tensor:
+    """Each center's highest acceptance score over its candidates, float64 ``[C]`` (``-inf``: none),
+    read :data:`~lightning_fed.selection.abps.posterior.BLOCK_ROWS` rows at a time."""
+    c = candidates.shape[0]
+    best = torch.full((c,), -torch.inf, dtype=torch.float64)
+    for lo in range(0, c, BLOCK_ROWS):
+        index = torch.arange(lo, min(c, lo + BLOCK_ROWS))
+        cand = candidates[index].to("cpu", torch.bool).clone()
+        cand[torch.arange(len(index)), index] = False
+        best[index] = torch.where(cand, table.rows(index), -torch.inf).amax(1)
+    return best
 
 
 def negative_transfer_threshold(phi_min: float, phi_max: float) -> float:
@@ -120,9 +167,30 @@ class AcceptanceRule(ABC):
         """Forget everything learned; ``c_neg`` is the selector's Eq. 21 threshold (used when the
         rule has none of its own)."""
 
+    def bind_policy(self, policy: SelectionPolicy) -> None:  # noqa: B027 (needs none by default)
+        """The selector's policy, given at setup (a rule may score pairs by its model)."""
+
     @abstractmethod
-    def table(self, posterior: BetaPosterior, t: int) -> SparseScores:
+    def table(self, posterior: BetaPosterior, t: int) -> PairScores:
         """The acceptance table at 1-based round ``t`` from the selector's posterior."""
+
+    def diagnostics(
+        self, posterior: BetaPosterior, table: PairScores, candidates: Tensor
+    ) -> dict[str, float]:
+        """Per-round scalars of why centers rest or not (``rest_*`` columns of ``rounds.parquet``).
+
+        ``rest_best_acceptance``: mean over centers with a candidate of their best candidate's
+        acceptance score; ``rest_refuses_all``: share of those centers whose every candidate scores
+        below :attr:`threshold` (with :attr:`mutual` each of them rests on its own beliefs).
+        """
+        best = best_candidate_scores(table, candidates)
+        has = torch.isfinite(best)
+        if not bool(has.any()):
+            return {}
+        return {
+            "rest_best_acceptance": float(best[has].mean()),
+            "rest_refuses_all": float((best[has] < self.threshold).to(torch.float64).mean()),
+        }
 
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:  # noqa: B027
         """This round's clipped observations (no-op by default)."""
@@ -150,6 +218,9 @@ class PosteriorExceedance(AcceptanceRule):
             beliefs; module docstring).
         empirical_prior: Score an unobserved peer by the receiver's track record ``m_i`` instead of
             the Beta prior mean (module docstring), so strangers can be refused too.
+        model_posterior: Score every pair by the policy's model posterior of its utility (module
+            docstring; needs a policy with ``predictive``, e.g. ``PairRegression``); exclusive with
+            ``empirical_prior``.
     """
 
     def __init__(
@@ -160,6 +231,7 @@ class PosteriorExceedance(AcceptanceRule):
         min_scale: float = 1e-3,
         mutual: bool = True,
         empirical_prior: bool = False,
+        model_posterior: bool = False,
     ) -> None:
         if c_neg is not None:
             c_neg = check_number(f"{_KEY}.c_neg", c_neg, 0.0, strict=False)
@@ -176,6 +248,13 @@ class PosteriorExceedance(AcceptanceRule):
         self.min_scale = check_number(f"{_KEY}.min_scale", min_scale, 0.0, strict=True)
         self.mutual = bool(mutual)
         self.empirical_prior = bool(empirical_prior)
+        self.model_posterior = bool(model_posterior)
+        if self.empirical_prior and self.model_posterior:
+            raise ValueError(
+                f"{_KEY}.empirical_prior and {_KEY}.model_posterior are two priors for a stranger: "
+                "set one of them to false"
+            )
+        self.policy: SelectionPolicy | None = None
         self.threshold = self.level
         self.c_neg = 0.5 if c_neg is None else c_neg
         self.stats: PairValues | None = None
@@ -191,8 +270,26 @@ class PosteriorExceedance(AcceptanceRule):
         sd = None if self.stats is None else self.stats.within_pair_sd()
         return 0.5 if sd is None else max(sd, self.min_scale)
 
-    def table(self, posterior: BetaPosterior, t: int) -> SparseScores:
-        """``a_{i->j} = Phi((mu - c_neg) sqrt(n + n0) / sigma)`` on the observed pairs and the prior."""
+    def bind_policy(self, policy: SelectionPolicy) -> None:
+        """Keep the policy whose model scores the pairs (``model_posterior``).
+
+        Raises:
+            ValueError: If ``model_posterior`` is set and the policy has no ``predictive``.
+        """
+        if self.model_posterior and not callable(getattr(policy, "predictive", None)):
+            raise ValueError(
+                f"{_KEY}.model_posterior scores pairs by the policy's model, and "
+                f"{type(policy).__name__} has none: use policy PairRegression or set model_posterior false"
+            )
+        self.policy = policy
+
+    def table(self, posterior: BetaPosterior, t: int) -> PairScores:
+        """``a_{i->j} = Phi((mu - c_neg) sqrt(n + n0) / sigma)`` on the observed pairs and the prior
+        (``model_posterior``: ``Phi((u_hat - c_neg) / s)`` on every pair, dense)."""
+        if self.model_posterior:
+            mean, var = self.policy.predictive(posterior)  # type: ignore[union-attr]
+            sd = var.clamp(min=self.min_scale**2).sqrt()
+            return DenseScores(torch.special.ndtr((mean - self.c_neg) / sd))
         n0 = posterior.alpha0 + posterior.beta0
         sigma = self.sigma()
         count = posterior.pairs.values["count"]
@@ -223,6 +320,50 @@ class PosteriorExceedance(AcceptanceRule):
         n0 = posterior.alpha0 + posterior.beta0
         return (posterior.alpha0 + total) / (n0 + n)
 
+    def diagnostics(
+        self, posterior: BetaPosterior, table: PairScores, candidates: Tensor
+    ) -> dict[str, float]:
+        """The base diagnostics plus what decides a stranger (module docstring).
+
+        ``rest_c_neg``; ``rest_sigma`` (the credit noise); ``rest_track_record`` (mean of ``m_i`` over
+        centers with an observation) and ``rest_track_record_min``; ``rest_stranger_bound`` (mean
+        of the stranger's upper bound ``m_i + z sigma / sqrt(n0)`` under the empirical prior,
+        ``prior mean + z sigma / sqrt(n0)`` under the Beta prior, the model's ``u_hat + z s`` on
+        unobserved candidate pairs under ``model_posterior``) and ``rest_stranger_refused`` (share
+        of centers whose strangers that bound refuses).
+        """
+        out = super().diagnostics(posterior, table, candidates)
+        z = -float(torch.special.ndtri(torch.tensor(self.level, dtype=torch.float64)))
+        n0 = posterior.alpha0 + posterior.beta0
+        sigma = self.sigma()
+        out.update(rest_c_neg=self.c_neg, rest_sigma=sigma)
+        c = posterior.num_centers
+        count = torch.zeros(c, dtype=torch.float64).index_add_(
+            0, torch.div(posterior.pairs.keys, c, rounding_mode="floor"), posterior.pairs.values["count"]
+        )
+        m = self.track_record(posterior)
+        if bool((count > 0).any()):
+            out["rest_track_record"] = float(m[count > 0].mean())
+            out["rest_track_record_min"] = float(m[count > 0].min())
+        if self.model_posterior:
+            mean, var = self.policy.predictive(posterior)  # type: ignore[union-attr]
+            bound = mean + z * var.clamp(min=self.min_scale**2).sqrt()
+            stranger = candidates.to("cpu", torch.bool).clone()
+            stranger.view(-1)[posterior.pairs.keys[posterior.pairs.values["count"] > 0]] = False
+            stranger.fill_diagonal_(False)
+            rows = stranger.any(1)
+            if bool(rows.any()):
+                per_row = torch.where(stranger, bound, -torch.inf).amax(1)[rows]
+                out["rest_stranger_bound"] = float(torch.where(stranger, bound, 0.0).sum() / stranger.sum())
+                out["rest_stranger_refused"] = float((per_row < self.c_neg).to(torch.float64).mean())
+            return out
+        beta_mean = torch.full((c,), posterior.prior_mean().item(), dtype=torch.float64)
+        prior = m if self.empirical_prior else beta_mean
+        bound = prior + z * sigma / math.sqrt(n0)
+        out["rest_stranger_bound"] = float(bound.mean())
+        out["rest_stranger_refused"] = float((bound < self.c_neg).to(torch.float64).mean())
+        return out
+
     def observe(self, i: Tensor, j: Tensor, phi_bar: Tensor, num_centers: int) -> None:
         """Accumulate the per-pair sums behind ``sigma_w``."""
         self.stats = add_moments(self.stats, i, j, phi_bar, num_centers)
@@ -243,5 +384,6 @@ class PosteriorExceedance(AcceptanceRule):
     def __repr__(self) -> str:
         return (
             f"PosteriorExceedance(c_neg={self.c_neg_arg}, level={self.level}, scale={self.scale}, "
-            f"min_scale={self.min_scale}, mutual={self.mutual}, empirical_prior={self.empirical_prior})"
+            f"min_scale={self.min_scale}, mutual={self.mutual}, empirical_prior={self.empirical_prior}, "
+            f"model_posterior={self.model_posterior})"
         )

@@ -116,6 +116,7 @@ class BayesianSelector(PartnerSelector):
         self.policy.setup()
         if self.acceptance is not None:
             self.acceptance.setup(negative_transfer_threshold(self.phi_min, self.phi_max))
+            self.acceptance.bind_policy(self.policy)
         if self.filter is None:
             self.candidates = ~torch.eye(c, dtype=torch.bool)
         else:
@@ -151,6 +152,13 @@ class BayesianSelector(PartnerSelector):
             accept=table,
             mutual=rule.mutual,
         )
+
+    def round_diagnostics(self) -> dict[str, float]:
+        """The acceptance rule's ``rest_*`` diagnostics of the last :meth:`select` (``{}`` under Eq. 7)."""
+        match = self.last_match
+        if self.acceptance is None or match is None or match.scores is None:
+            return {}
+        return self.acceptance.diagnostics(self.posterior, match.scores, match.candidates)
 
     def observe(self, i: Tensor, j: Tensor, phi: Tensor) -> None:
         """Fold Shapley values ``phi_{j->i}`` into ``i``'s beliefs about ``j`` (Eqs. 5-6)."""
