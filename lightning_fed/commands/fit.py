@@ -169,6 +169,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         f"{init.trainer.rounds} rounds -> {run_dir}"
     )
     say(f"lightning-fed: training path: {federation.engine.training_path}")
+    say(f"lightning-fed: {federation.threads.describe()}")
     summary = federation.fit()
     summary.update(
         method=type(init.algorithm).__name__,
