@@ -106,8 +106,8 @@ def test_a_users_omp_num_threads_passes_through_the_sweep_and_wins(
 
 
 def test_a_tiny_federation_gets_one_thread(two_cores: None) -> None:
-    """4 hospitals of a few dozen stays: a step is 6 * 15,936 * 128 * 4 = 4.9e7 FLOP (every center active), below the
-    grain, so ``auto`` sets one thread even with 2 cores free (torch starts with 2 here)."""
+    """4 hospitals of a few dozen stays: a step is 6 * 15,936 * 128 * 4 = 4.9e7 FLOP (every center
+    active), below the grain, so ``auto`` sets one thread even with 2 cores free (torch starts at 2)."""
     torch.set_num_threads(2)
     fed = Federation(
         make_federation([40, 30, 60, 20], num_features=60), MortalityMLP(), FedAvg(), TrainerConfig()
