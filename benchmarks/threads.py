@@ -60,10 +60,10 @@ def time_settings(fed: Federation, settings: dict[str, int], rounds: int) -> dic
 def second_fit(centers: int, stays: int) -> subprocess.Popen:
     """A child training the large federation with every core, round after round, until killed."""
     code = (
-        "import sys, torch; sys.path.insert(0, %r); from benchmarks.threads import build; "
-        "torch.set_num_threads(%d); fed = build(%d, %d); r = 0\n"
+        f"import sys, torch; sys.path.insert(0, {str(ROOT)!r}); from benchmarks.threads import build; "
+        f"fed = build({centers}, {stays}); torch.set_num_threads({available_cores()}); r = 0\n"
         "while True: fed.engine.train_round(r); r += 1"
-    ) % (str(ROOT), available_cores(), centers, stays)
+    )
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL)
 
@@ -80,7 +80,7 @@ def main() -> None:
     cores = available_cores()
     feds = {"small": build(*args.small), "large": build(*args.large)}
     print(f"{cores} cores; torch {torch.__version__}")
-    print("| federation | machine | auto's choice | 1 thread s | all-cores s | auto s | all/1 | load (1 min) |")
+    print("| federation | machine | auto's choice | 1 thread s | all cores s | auto s | all/1 | load 1 min |")
     print("|---|---|---|---|---|---|---|---|")
     for machine in ("idle", "busy"):
         if machine == "busy" and args.no_busy:
