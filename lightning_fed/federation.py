@@ -96,6 +96,7 @@ from lightning_fed.models.adapter import as_center_module
 from lightning_fed.models.base import CenterModule
 from lightning_fed.precision import PrecisionPolicy, policy_of
 from lightning_fed.seeding import derive_seed
+from lightning_fed.threads import ThreadChoice, apply_threads, choose_threads
 from lightning_fed.types import FinishContext, ObserverNeeds, RoundContext, RoundResult, TrainerConfig
 
 #: Validation utilities of :meth:`Federation.val_utility` (issue 30: the Shapley utility's choices).
@@ -196,6 +197,14 @@ class Federation:
             augment=getattr(self.data, "train_augment", None),
         )
         self.engine.set_mask(self.algorithm.parameter_mask())
+        #: Torch's intra-op threads for this fit and why (``trainer.threads``; ``fit`` prints it).
+        self.threads: ThreadChoice = apply_threads(
+            choose_threads(
+                getattr(self.trainer, "threads", "auto"),
+                self.engine.step_flops(),
+                processes=self.fabric.world_size // max(1, getattr(self.fabric.strategy, "num_nodes", 1)),
+            )
+        )
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
         # What the observers need of the loop, asked once through the public hook call (the

@@ -91,13 +91,17 @@ class RunProcesses:
         self.lock = threading.Lock()
         self.stopping = False
 
-    def run(self, args: Sequence[str], log_path: Path, threads: int) -> int:
-        """Run ``args`` (a ``lightning-fed`` command) to completion, output to ``log_path``."""
-        env = {**os.environ, PARENT_ENV: str(os.getpid())}
-        if "OMP_NUM_THREADS" not in os.environ:
-            # Each run gets its share of the cores: several 2-thread OpenMP processes on 2 cores wait
-            # on each other and run many times slower than the same runs one at a time.
-            env["OMP_NUM_THREADS"] = str(threads)
+    def run(self, args: Sequence[str], log_path: Path, fits_at_once: int) -> int:
+        """Run ``args`` (a ``lightning-fed`` command) to completion, output to ``log_path``.
+
+        The process is told that ``fits_at_once`` commands run at once (``LIGHTNING_FED_FITS_AT_ONCE``),
+        so ``trainer.threads: auto`` takes its share of the cores (:mod:`lightning_fed.threads`):
+        several 2-thread OpenMP processes on 2 cores wait on each other and run many times slower
+        than the same runs with one thread each. A user's ``OMP_NUM_THREADS`` passes through unchanged.
+        """
+        from lightning_fed.threads import FITS_AT_ONCE_ENV
+
+        env = {**os.environ, PARENT_ENV: str(os.getpid()), FITS_AT_ONCE_ENV: str(fits_at_once)}
         with open(log_path, "w") as log:
             with self.lock:
                 if self.stopping:

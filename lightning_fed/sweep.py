@@ -18,7 +18,9 @@ rather than mixed in); an interrupted run without one starts again (``--overwrit
 interrupted sweep picks up where it stopped. Runs go seed by seed (every config of the first seed
 first), so an interrupted sweep leaves whole seeds. Each run is a separate ``lightning-fed fit``
 process, so runs cannot share state and a crash stays in its run (its log is ``output/<run>.log``).
-Each run process gets ``cores // processes`` OpenMP threads unless ``OMP_NUM_THREADS`` is set.
+Each run process is told how many run at once, so its ``trainer.threads: auto`` takes ``cores //
+processes`` threads at most (the cores of its CPU affinity and cgroup quota, not the machine's;
+:mod:`lightning_fed.threads`), unless ``OMP_NUM_THREADS`` is set or the runs set ``trainer.threads``.
 
 Stopping: each run process is started in its own process group. Ctrl-C or SIGTERM on the sweep
 stops scheduling, terminates the running fits (SIGTERM, then SIGKILL after 15 s; a fit exits on
@@ -55,7 +57,6 @@ is ``fmnist-spc5-dispfl-path``, for ``b = local`` it is ``fmnist-spc5-local``. I
 from __future__ import annotations
 
 import itertools
-import os
 import re
 import sys
 import threading
@@ -337,7 +338,6 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
     done = {r.name for r in runs if r.done}
     status = dict.fromkeys(done, "skipped")
     pending = [r for r in runs if r.name not in done]
-    threads = max(1, (os.cpu_count() or 1) // processes)
     scheduler = _Scheduler(runs, pending)
     children = RunProcesses()
     from tqdm.auto import tqdm
@@ -350,10 +350,10 @@ def run_sweep(runs: Sequence[SweepRun], overrides: Sequence[str] = (), processes
             run.run_dir.parent.mkdir(parents=True, exist_ok=True)
             if kind == "fit":
                 log = run.run_dir.parent / f"{run.name}.log"
-                ok = children.run(_fit_args(run, overrides), log, threads) == 0 and run.fitted
+                ok = children.run(_fit_args(run, overrides), log, processes) == 0 and run.fitted
             else:
                 log = run.run_dir.parent / f"{run.name}.refer.log"
-                ok = children.run(_refer_args(run), log, threads) == 0 and run.done
+                ok = children.run(_refer_args(run), log, processes) == 0 and run.done
             scheduler.finished(kind, run, ok)
             bar.update(1)
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
+from lightning_fed.threads import check_threads
 
 if TYPE_CHECKING:
     from lightning_fed.comm.wire import Wire
@@ -170,6 +171,12 @@ class TrainerConfig:
             enter the summary's robust mean (``test_auroc_robust``; :mod:`lightning_fed.metrics.support`).
             Default 2: an AUROC resting on one case of a class (a fragile one) is left out. Changes
             no training, only that reported number.
+        threads: Torch's intra-op threads for this fit: ``"auto"`` (default) keeps a thread count set
+            through ``OMP_NUM_THREADS`` / ``MKL_NUM_THREADS``, else takes this fit's share of the
+            cores (``cores // fits at once``: a ``sweep`` with ``processes: P`` gives each fit
+            ``cores // P``) and no more threads than a training step's arithmetic pays (a tiny
+            federation: one); an integer >= 1 is used as given (:mod:`lightning_fed.threads`).
+            ``fit`` prints the choice. Changes speed, not results: not fingerprinted.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -186,6 +193,7 @@ class TrainerConfig:
         lr_schedule: LRSchedule | None = None,
         reset_optimizer_each_round: bool = False,
         robust_min_per_class: int = 2,
+        threads: int | Literal["auto"] = "auto",
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -216,6 +224,7 @@ class TrainerConfig:
         if robust_min_per_class < 1:
             raise ValueError(f"trainer.robust_min_per_class must be >= 1, got {robust_min_per_class}")
         self.robust_min_per_class = robust_min_per_class
+        self.threads = check_threads(threads)
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -9,6 +11,8 @@ from lightning_fed.data.center import CenterData, FederatedData
 
 # Tests run on 2 cores next to other work: one intra-op thread keeps timings sane and results stable.
 torch.set_num_threads(1)
+# ... and Federation's trainer.threads: auto keeps it (lightning_fed.threads: the environment's setting wins).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def make_federation(sizes: list[int], num_features: int = 6, seed: int = 0) -> FederatedData:

@@ -152,6 +152,10 @@ class ShardedEngine(Engine):
             local = probe.new_zeros(0, *x.shape[1:2], *probe.shape[2:])
         return gather_rows(self.fabric, local.contiguous(), counts, self.timer)
 
+    def models_per_step(self) -> float:
+        """This rank's shard's mean centers per step (each rank steps its own shard)."""
+        return self.inner.models_per_step()
+
     def get_params(self) -> dict[str, Tensor]:
         return {n: t.clone() for n, t in self._full.items()}
 

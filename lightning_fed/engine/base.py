@@ -135,6 +135,8 @@ class Engine(ABC):
         self.augment = augment
         self.device, self.autocast = torch.device(device), autocast
         self.num_models = len(train)
+        #: One training row (what :meth:`step_flops` counts the forward of).
+        self._one_row = next((x[:1].to(self.device, dtype) for x, _ in train if len(x)), None)
         self._build(train, dtype)
 
     @abstractmethod
@@ -147,6 +149,45 @@ class Engine(ABC):
 
         Starts by setting the round's learning rate and, with ``reset_optimizer_each_round``,
         resetting the optimizer states (module docstring)."""
+
+    def models_per_step(self) -> float:
+        """How many models one optimizer step of this engine trains at once, on average (1: one
+        center at a time; the packed engine: its mean number of active centers per step)."""
+        return 1.0
+
+    def step_flops(self) -> float:
+        """FLOP of one optimizer step, ``6 P B m`` (what ``trainer.threads: auto`` sizes the threads
+        by, :mod:`lightning_fed.threads`).
+
+        ``2 P`` is the forward FLOP of one row as torch's ``FlopCounterMode`` counts it (matmuls and
+        convolutions: ``P`` weights in matmuls for an MLP, more for a convolution, whose weights serve
+        every position); training triples it (the weight and the input gradient), times ``B`` the
+        batch rows and ``m`` :meth:`models_per_step`. Counted in eval mode, without gradients and
+        with the global generators restored, so nothing of the run changes; where the forward cannot
+        be counted, ``2 P`` is twice the parameter count.
+        """
+        module = getattr(self, "module", None)
+        if module is None:
+            return 0.0
+        forward = 2.0 * sum(p.numel() for p in module.parameters())
+        if self._one_row is not None:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            was_training = module.training
+            try:
+                with (
+                    torch.no_grad(),
+                    torch.random.fork_rng(devices=[]),
+                    FlopCounterMode(display=False) as ctr,
+                ):
+                    module.eval()
+                    module(self._one_row)
+                forward = float(ctr.get_total_flops()) or forward
+            except (RuntimeError, TypeError, ValueError, NotImplementedError):  # cannot run on one row alone
+                pass
+            finally:
+                module.train(was_training)
+        return 3.0 * forward * self.batch_size * self.models_per_step()
 
     def lr_factor(self, round_idx: int) -> float:
         """The learning-rate multiplier of round ``round_idx`` (``lr_schedule.factor``)."""

@@ -462,6 +462,10 @@ class PackedEngine(Engine):
     #: Bool ``[C]`` (center order): centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
 
+    def models_per_step(self) -> float:
+        """The mean number of centers a step trains (the prefix schedule's ``k_t`` averaged over steps)."""
+        return sum(self.active) / max(1, len(self.active))
+
     def train_round(self, round_idx: int) -> Tensor:
         # The round's rate (the same for every center, so a shard agrees with the whole) and, if
         # asked, a fresh optimizer state; both before the snapshot a diverged center returns to.

@@ -12,7 +12,8 @@ run; the rounds already run are the same, since every draw derives from (seed, p
 ``trainer.eval_every`` only chooses the rounds whose test (and validation) AUROC is recorded
 (evaluation changes no state and draws nothing; being left out, it also keeps the fingerprints of
 the configs written before it existed); ``trainer.robust_min_per_class`` only chooses which centers a
-reported mean averages;
+reported mean averages; ``trainer.threads`` only sets torch's intra-op threads (speed, as
+``OMP_NUM_THREADS`` did before it; :mod:`lightning_fed.threads`);
 ``logger.*`` and ``output.*`` decide where and how results are shown and saved, not what they are;
 ``metrics`` only adds evaluated numbers (evaluation changes no state; being left out, it keeps the
 fingerprints of the configs written before it, and ``test`` can re-evaluate a run with new ones);
@@ -54,6 +55,7 @@ SAFE_TO_CHANGE = (
     "trainer.rounds",
     "trainer.eval_every",
     "trainer.robust_min_per_class",
+    "trainer.threads",
     "logger.*",
     "output.*",
     "metrics",
