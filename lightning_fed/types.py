@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from lightning_fed.comm.sampling import check_centers_per_round
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 
@@ -170,6 +171,10 @@ class TrainerConfig:
             enter the summary's robust mean (``test_auroc_robust``; :mod:`lightning_fed.metrics.support`).
             Default 2: an AUROC resting on one case of a class (a fragile one) is left out. Changes
             no training, only that reported number.
+        centers_per_round: Client sampling (:mod:`lightning_fed.comm.sampling`): an integer count
+            ``>= 1`` or a fraction of the federation in ``(0, 1]`` of the reachable centers, drawn
+            each round from ``(seed, round)``; the others neither train, send nor receive that round.
+            None (default): every reachable center every round.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -186,6 +191,7 @@ class TrainerConfig:
         lr_schedule: LRSchedule | None = None,
         reset_optimizer_each_round: bool = False,
         robust_min_per_class: int = 2,
+        centers_per_round: int | float | None = None,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -216,6 +222,7 @@ class TrainerConfig:
         if robust_min_per_class < 1:
             raise ValueError(f"trainer.robust_min_per_class must be >= 1, got {robust_min_per_class}")
         self.robust_min_per_class = robust_min_per_class
+        self.centers_per_round = check_centers_per_round(centers_per_round)
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 
