@@ -129,11 +129,19 @@ class FedAvg(Algorithm):
         got = exchange(wire, self.last_sent, server, centers, ctx.round, own=own)
         if not len(got.dst):
             return
-        for n, t in got.received.items():
-            index = got.dst.to(params[n].device)
-            params[n] = params[n].index_copy(0, index, t.to(params[n].dtype).expand(len(index), *t.shape[1:]))
-        engine.set_params(params)
+        engine.set_params(self.receive(params, got.dst, got.received))
         self.holds[got.dst] = True
+
+    def receive(
+        self, params: dict[str, Tensor], dst: Tensor, received: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """``params`` with the centers ``dst`` holding the server's message ``received`` ``[1, ...]``
+        (a catch-up download of :meth:`start_round`; SCAFFOLD's message also carries its control)."""
+        out = dict(params)
+        for n, t in received.items():
+            index = dst.to(out[n].device)
+            out[n] = out[n].index_copy(0, index, t.to(out[n].dtype).expand(len(index), *t.shape[1:]))
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {

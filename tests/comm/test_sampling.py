@@ -81,7 +81,8 @@ def test_fedavg_with_sampling_trains_sends_and_counts_only_the_sampled() -> None
         after = fed.engine.get_params()
         for n in after:  # the others did not train and received nothing
             assert torch.equal(after[n][~sampled], before[n][~sampled])
-        assert torch.isnan(result.train_loss[~sampled]).all() and torch.isfinite(result.train_loss[sampled]).all()
+        assert torch.isnan(result.train_loss[~sampled]).all()
+        assert torch.isfinite(result.train_loss[sampled]).all()
         got = result.bytes_per_center
         assert (got[~sampled] == 0).all()
         # upload + download, plus the catch-up download for a sampled center that missed the last one
