@@ -13,8 +13,12 @@ Observer hooks, in call order (each receives the federation first)::
     on_fit_start(federation)
     for each round r:
         on_round_start(federation, r)
+        # algorithm.start_round(ctx, engine, wire)  an exchange the round opens with (FedAvg with
+        #                                  client sampling: the server model to the sampled centers
+        #                                  that do not hold it); nothing by default
         # algorithm.train_round(engine, r) local training, all centers at once (default:
-        #                                  engine.train_round(r))
+        #                                  engine.train_round(r)); with trainer.centers_per_round
+        #                                  the centers not sampled are put back (they do not train)
         # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
         # engine.set_mask(algorithm.parameter_mask())   next round's sparse mask (None: dense)
         # evaluation                       per-center validation and test AUROC (on the rounds
@@ -65,6 +69,7 @@ collectives (0 in one process).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from contextlib import nullcontext
@@ -75,6 +80,7 @@ from lightning.fabric import Fabric
 from torch import Tensor
 
 from lightning_fed.algorithms.base import Algorithm
+from lightning_fed.comm.sampling import CenterSampler
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
@@ -175,6 +181,15 @@ class Federation:
             self.wire.faults.check(self.data.num_centers)
         self.algorithm.setup(self.data, self.module, self.seed)
         groups = self.algorithm.train_groups(self.data)
+        sampling = getattr(self.trainer, "centers_per_round", None)
+        if sampling is not None:
+            if len(groups) != self.data.num_centers:
+                raise ValueError(
+                    f"trainer.centers_per_round={sampling}: {type(self.algorithm).__name__} trains "
+                    f"{len(groups)} pooled model(s), not one per center, so there is nothing to sample "
+                    "(remove trainer.centers_per_round)"
+                )
+            self.wire.sampler = CenterSampler(sampling, self.seed)
         self.assignment = torch.empty(self.data.num_centers, dtype=torch.int64)
         train = []
         for g, members in enumerate(groups):
@@ -391,9 +406,10 @@ class Federation:
         self.fabric.call("on_round_start", self, r)
         collective_start = self.collective_seconds
         t0 = time.perf_counter()
-        losses = self.algorithm.train_round(self.engine, r)
-        t1 = time.perf_counter()
         ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility, rounds=self.trainer.rounds)
+        self.algorithm.start_round(ctx, self.engine, self.wire)
+        losses = self._train(r)
+        t1 = time.perf_counter()
         params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)
@@ -415,7 +431,7 @@ class Federation:
             "seconds_eval": t3 - t2,
             "seconds_collectives": self.collective_seconds - collective_start,
             **self._fault_stats(r),
-            **({} if self.pooled else round_isolation(bytes_per_center)),
+            **({} if self.pooled else round_isolation(bytes_per_center, self.participants(r))),
             **self.algorithm.round_stats(),
         }
         return RoundResult(
@@ -437,15 +453,41 @@ class Federation:
             test_logged={} if test is None else test.logged,
         )
 
+    def participants(self, r: int) -> Tensor | None:
+        """Bool ``[C]``: the centers sampled in round ``r`` (:mod:`lightning_fed.comm.sampling`);
+        None without ``trainer.centers_per_round`` (every reachable center takes part)."""
+        if self.wire.sampler is None:
+            return None
+        return self.wire.available(r, self.data.num_centers)
+
+    def _train(self, r: int) -> Tensor:
+        """The round's local training; with client sampling the centers not sampled are put back to
+        their state before it (they do not train) and their loss is NaN."""
+        sampled = self.participants(r)
+        if sampled is None or bool(sampled.all()):
+            return self.algorithm.train_round(self.engine, r)
+        before = copy.deepcopy(self.engine.state_dict())
+        losses = self.algorithm.train_round(self.engine, r)
+        self.engine.keep_rows(before, ~sampled)
+        losses = losses.clone()
+        losses[~sampled.to(losses.device)] = float("nan")
+        diverged = getattr(self.engine, "last_diverged", None)
+        if diverged is not None:
+            self.engine.last_diverged = diverged & sampled.to(diverged.device)
+        return losses
+
     def _fault_stats(self, r: int) -> dict[str, float]:
-        """This round's faults and defences: unavailable centers, rejected payloads, diverged centers."""
+        """This round's faults and defences: unavailable centers, rejected payloads, diverged centers
+        (and, with client sampling, the sampled centers)."""
         diverged = getattr(self.engine, "last_diverged", None)
         n_diverged = int(diverged.sum()) if diverged is not None else 0
         self.diverged_total += n_diverged
+        sampled = self.participants(r)
         return {
-            "unavailable_centers": int((~self.wire.available(r, self.data.num_centers)).sum()),
+            "unavailable_centers": int((~self.wire.reachable(r, self.data.num_centers)).sum()),
             "rejected_payloads": self.wire.rejected_in(r),
             "diverged_centers": n_diverged,
+            **({} if sampled is None else {"sampled_centers": int(sampled.sum())}),
         }
 
     @staticmethod
@@ -558,10 +600,17 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
-            **({} if self.pooled else run_isolation(by_round)),
+            **({} if self.pooled else run_isolation(by_round, self._participation())),
             **self.algorithm.summary_stats(),
             **self.summary_extras,
         }
+
+    def _participation(self) -> Tensor | None:
+        """Bool ``[R, C]`` of :meth:`participants` over the rounds run (None without sampling)."""
+        if self.wire.sampler is None:
+            return None
+        rounds = [self.participants(r) for r in range(self.round)]
+        return torch.stack(rounds) if rounds else torch.zeros(0, self.data.num_centers, dtype=torch.bool)
 
     @property
     def robust_min_per_class(self) -> int:

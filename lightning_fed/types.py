@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor
 
+from lightning_fed.comm.sampling import check_centers_per_round
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.threads import check_threads
@@ -177,6 +178,10 @@ class TrainerConfig:
             ``cores // P``) and no more threads than a training step's arithmetic pays (a tiny
             federation: one); an integer >= 1 is used as given (:mod:`lightning_fed.threads`).
             ``fit`` prints the choice. Changes speed, not results: not fingerprinted.
+        centers_per_round: Client sampling (:mod:`lightning_fed.comm.sampling`): an integer count
+            ``>= 1`` or a fraction of the federation in ``(0, 1]`` of the reachable centers, drawn
+            each round from ``(seed, round)``; the others neither train, send nor receive that round.
+            None (default): every reachable center every round.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -194,6 +199,7 @@ class TrainerConfig:
         reset_optimizer_each_round: bool = False,
         robust_min_per_class: int = 2,
         threads: int | Literal["auto"] = "auto",
+        centers_per_round: int | float | None = None,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -225,6 +231,7 @@ class TrainerConfig:
             raise ValueError(f"trainer.robust_min_per_class must be >= 1, got {robust_min_per_class}")
         self.robust_min_per_class = robust_min_per_class
         self.threads = check_threads(threads)
+        self.centers_per_round = check_centers_per_round(centers_per_round)
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 

@@ -73,6 +73,13 @@ class Algorithm(ABC):
         """
         return None
 
+    def start_round(self, ctx: RoundContext, engine: Engine, wire: Wire) -> None:  # noqa: B027
+        """Before local training of ``ctx.round``: an exchange the round opens with (none by default).
+
+        FedAvg with client sampling (:mod:`lightning_fed.comm.sampling`) sends the server's model to
+        the sampled centers that do not hold it, so every sampled center trains from it.
+        """
+
     def train_round(self, engine: Engine, round_idx: int) -> Tensor:
         """Local training of round ``round_idx``; returns each trained model's mean loss ``[models]``.
 

@@ -29,6 +29,16 @@ it computes the model the server sends.
   among ABPS-X's extensions (ABPS Sec. 6.4) is FedAvgM. The float ``server_momentum: beta`` of
   earlier releases is an alias of ``ServerMomentum(beta)`` (0: ``ServerAverage``).
 
+Client sampling (``trainer.centers_per_round``, :mod:`lightning_fed.comm.sampling`): the
+centers :meth:`Wire.available <lightning_fed.comm.wire.Wire.available>` returns are the round's
+sampled ones, so only they upload and download, and the server's weights are ``n_j / sum_{k in S_t}
+n_k`` over the accepted uploads of the sample ``S_t`` (the ratio estimator; the module docstring of
+:mod:`lightning_fed.comm.sampling` says when it is unbiased). A sampled center must train from the
+server's current model, which it does not hold if it missed the last download (not sampled then, or
+unreachable): :meth:`FedAvg.start_round` first sends it that model (one more message, booked to the
+round), then the round runs as above. Without sampling nothing changes (a center that missed a
+download because of a fault still continues from its own model, as before).
+
 Exclusive with any server optimizer but the average: ``momentum`` beta > 0
 (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center EMA ABPS-X uses on its
 mesh): a center that takes the download moves by ``u_i <- beta u_i + (1 - beta) (theta_bar_t -
@@ -50,6 +60,7 @@ from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.engine.base import Engine
 from lightning_fed.models.base import CenterModule
 from lightning_fed.types import RoundContext
 
@@ -99,11 +110,45 @@ class FedAvg(Algorithm):
         self.update_momentum = UpdateMomentum(self.update_momentum.beta)
         params = dict(module.named_parameters())
         self.server_optimizer.start({n: params[n] for n in self.shared_names})
+        #: The server's last model sent ``{name: [1, ...]}`` (the common initial model at first) and
+        #: which centers took that download (every center holds the initial model).
+        self.last_sent = {n: params[n].detach().clone().unsqueeze(0) for n in self.shared_names}
+        self.holds = torch.ones(self.num_centers, dtype=torch.bool)
+
+    def start_round(self, ctx: RoundContext, engine: Engine, wire: Wire) -> None:
+        """With client sampling: send :attr:`last_sent` to the sampled centers that do not hold it."""
+        if wire.sampler is None:
+            return
+        stale = wire.available(ctx.round, self.num_centers) & ~self.holds
+        if not bool(stale.any()):
+            return
+        centers = torch.nonzero(stale).reshape(-1)
+        params = engine.get_params()
+        server = torch.full_like(centers, SERVER)
+        own = rows(self.shared(params), centers)
+        got = exchange(wire, self.last_sent, server, centers, ctx.round, own=own)
+        if not len(got.dst):
+            return
+        engine.set_params(self.receive(params, got.dst, got.received))
+        self.holds[got.dst] = True
+
+    def receive(
+        self, params: dict[str, Tensor], dst: Tensor, received: dict[str, Tensor]
+    ) -> dict[str, Tensor]:
+        """``params`` with the centers ``dst`` holding the server's message ``received`` ``[1, ...]``
+        (a catch-up download of :meth:`start_round`; SCAFFOLD's message also carries its control)."""
+        out = dict(params)
+        for n, t in received.items():
+            index = dst.to(out[n].device)
+            out[n] = out[n].index_copy(0, index, t.to(out[n].dtype).expand(len(index), *t.shape[1:]))
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "momentum": self.update_momentum.state_dict(),
             "server_optimizer": self.server_optimizer.state_dict(),
+            "last_sent": {n: t.clone() for n, t in self.last_sent.items()},
+            "holds": self.holds.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -112,6 +157,9 @@ class FedAvg(Algorithm):
         saved = state.get("server_optimizer", state.get("server_momentum"))
         if saved is not None:
             self.server_optimizer.load_state_dict(saved)
+        if "last_sent" in state:  # checkpoints written before client sampling have neither
+            self.last_sent = {n: t.clone() for n, t in state["last_sent"].items()}
+            self.holds = state["holds"].clone()
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         out = dict(params)
@@ -128,6 +176,9 @@ class FedAvg(Algorithm):
             return out
         average = self.server_optimizer.step(self.server_model(upload.received, upload.src, ctx))
         download = exchange(wire, average, server, centers, ctx.round, own=shared)
+        self.last_sent = {n: t.detach().clone() for n, t in average.items()}
+        self.holds = torch.zeros(self.num_centers, dtype=torch.bool)
+        self.holds[download.dst] = True
         if not len(download.dst):
             return out
         active = torch.zeros(self.num_centers, dtype=torch.bool)

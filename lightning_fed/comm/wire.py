@@ -21,6 +21,7 @@ from torch import Tensor
 from lightning_fed.comm.faults import FaultInjection
 from lightning_fed.comm.hooks import CommHook, IdentityHook
 from lightning_fed.comm.ledger import Ledger
+from lightning_fed.comm.sampling import CenterSampler
 
 __all__ = ["MAX_NORM_RATIO", "Wire", "message_norms"]
 
@@ -88,12 +89,26 @@ class Wire:
         self.max_norm_ratio = float(max_norm_ratio)
         #: Rejected messages per round.
         self.rejected: dict[int, int] = {}
+        #: Client sampling (``trainer.centers_per_round``; the federation installs it): None, every
+        #: reachable center takes part in every round.
+        self.sampler: CenterSampler | None = None
 
-    def available(self, round_idx: int, num_centers: int) -> Tensor:
-        """Bool ``[num_centers]``: which centers can send and receive in ``round_idx``."""
+    def reachable(self, round_idx: int, num_centers: int) -> Tensor:
+        """Bool ``[num_centers]``: which centers the fault plan leaves online in ``round_idx``."""
         if self.faults is None:
             return torch.ones(num_centers, dtype=torch.bool)
         return self.faults.available(round_idx, num_centers)
+
+    def available(self, round_idx: int, num_centers: int) -> Tensor:
+        """Bool ``[num_centers]``: which centers take part in ``round_idx`` (send and receive).
+
+        The :meth:`reachable` centers, or with a :attr:`sampler` the ones it draws among them
+        (:mod:`lightning_fed.comm.sampling`).
+        """
+        reachable = self.reachable(round_idx, num_centers)
+        if self.sampler is None:
+            return reachable
+        return self.sampler.draw(round_idx, reachable)
 
     def message_bytes(self, payload: dict[str, Tensor]) -> int:
         """Encoded bytes of one message of ``payload`` (leading dimension = messages)."""

@@ -189,6 +189,13 @@ class Engine(ABC):
                 module.train(was_training)
         return 3.0 * forward * self.batch_size * self.models_per_step()
 
+    def keep_rows(self, before: dict[str, Any], rows: Tensor) -> None:
+        """Put the models ``rows`` (bool ``[num_models]``) back to ``before`` (a deep copy of an
+        earlier :meth:`state_dict`): parameters, optimizer states and scheduler counts, as if they
+        had not trained since (client sampling: :mod:`lightning_fed.comm.sampling`). Every tensor
+        with one row per model and every per-model list of the state is merged row by row."""
+        self.load_state_dict(_merge_rows(self.state_dict(), before, rows.cpu(), self.num_models))
+
     def lr_factor(self, round_idx: int) -> float:
         """The learning-rate multiplier of round ``round_idx`` (``lr_schedule.factor``)."""
         return float(self.lr_schedule.factor(round_idx))
@@ -242,6 +249,18 @@ class Engine(ABC):
             p = {k: v[lo : lo + chunk] for k, v in params.items()}
             out.append(packed_logits(self.module, p, x[lo : lo + chunk].to(device), None))
         return torch.cat(out) if out else x.new_zeros(0, x.shape[1])
+
+
+def _merge_rows(now: Any, before: Any, rows: Tensor, num_models: int) -> Any:
+    """``now`` with the per-model entries of ``rows`` (bool ``[num_models]``) taken from ``before``."""
+    if isinstance(now, dict):
+        return {k: _merge_rows(v, before[k], rows, num_models) if k in before else v for k, v in now.items()}
+    if isinstance(now, list) and len(now) == num_models:
+        return [b if bool(r) else n for n, b, r in zip(now, before, rows.tolist(), strict=True)]
+    if isinstance(now, Tensor) and now.dim() and now.shape[0] == num_models:
+        keep = rows.to(now.device).view(-1, *([1] * (now.dim() - 1)))
+        return torch.where(keep, before.to(now.device), now)
+    return now
 
 
 def packed_logits(

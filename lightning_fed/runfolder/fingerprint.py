@@ -81,6 +81,7 @@ ADDED_LATER: dict[str, Any] = {
     "evaluation.holdout_centers": None,  # None: every center trains (lightning_fed.holdout)
     "data.init_args.off_concept": 0.0,  # TeacherICU without off-concept centers (issue 30)
     "algorithm.init_args.selector.init_args.acceptance.init_args.model_posterior": False,  # (issue 30)
+    "trainer.centers_per_round": None,  # None: every reachable center every round (issue 34)
 }
 
 
