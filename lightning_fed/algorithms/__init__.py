@@ -35,3 +35,7 @@ __all__ += ["ERK", "DisPFL", "LayerDensity", "Uniform"]
 from lightning_fed.algorithms.feddrm import FedDRM  # noqa: E402
 
 __all__ += ["FedDRM"]
+
+from lightning_fed.algorithms.ditto import Ditto  # noqa: E402
+
+__all__ += ["Ditto"]

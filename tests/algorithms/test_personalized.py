@@ -1,0 +1,213 @@
+"""The personalization family (Ditto, FedRep, FedBN, APFL): hand-computed rounds on 2 centers, the
+limits of each objective, and the packed engine against the sequential one."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from lightning.fabric import Fabric
+from torch import nn
+
+from lightning_fed.algorithms import Ditto, FedAvg, LocalOnly
+from lightning_fed.comm.wire import Wire
+from lightning_fed.data.center import CenterData, FederatedData
+from lightning_fed.engine import PackedEngine, SequentialEngine
+from lightning_fed.federation import Federation
+from lightning_fed.models import CenterModule, MortalityMLP
+from lightning_fed.types import RoundContext, TrainerConfig
+from tests.conftest import make_federation
+
+F64 = dict(accelerator="cpu", devices=1, precision="64-true")
+
+
+class LogReg(CenterModule):
+    """``logit = x w + b`` trained by plain SGD (one step is easy to write by hand)."""
+
+    def __init__(self, in_features: int = 1, lr: float = 0.5) -> None:
+        super().__init__()
+        self.lr = lr
+        self.linear = nn.Linear(in_features, 1)
+
+    def set_num_features(self, num_features: int) -> None:
+        assert num_features == self.linear.in_features
+
+    def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
+        return ("linear.weight", "linear.bias")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x).squeeze(-1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+def _ctx(r: int = 0) -> RoundContext:
+    return RoundContext(round=r, seed=0, val_utility=lambda p, c: torch.full((len(c),), 0.5))
+
+
+def _one_row_centers(rows: list[tuple[float, float]]) -> FederatedData:
+    """One training row ``(x, y)`` per center (validation and test: the same row, unused here)."""
+    centers = []
+    for c, (x, y) in enumerate(rows):
+        xt, yt = torch.tensor([[x]], dtype=torch.float64), torch.tensor([y], dtype=torch.float64)
+        centers.append(CenterData(f"c{c}", xt, yt, xt, yt, xt, yt, torch.zeros(3, dtype=torch.float64)))
+    return FederatedData(tuple(centers), ("f0",))
+
+
+def _zero_init(module: CenterModule) -> None:
+    with torch.no_grad():
+        for p in module.parameters():
+            p.zero_()
+
+
+def _grad(x: float, y: float, w: torch.Tensor) -> torch.Tensor:
+    """``d/d(w, b) BCE(sigmoid(x w + b), y) = (sigmoid(x w + b) - y) [x, 1]``."""
+    p = torch.sigmoid(x * w[0] + w[1])
+    return (p - y) * torch.tensor([x, 1.0], dtype=torch.float64)
+
+
+def _pair(params: dict[str, torch.Tensor], prefix: str, c: int) -> torch.Tensor:
+    return torch.stack(
+        [params[f"{prefix}linear.weight"][c].reshape(()), params[f"{prefix}linear.bias"][c].reshape(())]
+    )
+
+
+def _fit(data: FederatedData, module: CenterModule, algo, engine=None, rounds: int = 2, seed: int = 3):
+    fed = Federation(
+        data,
+        module,
+        algo,
+        TrainerConfig(rounds=rounds, batch_size=16, engine=engine or PackedEngine()),
+        fabric=Fabric(**F64),
+        seed=seed,
+    )
+    fed.fit()
+    return fed
+
+
+# ----------------------------------------------------------------------------------------- Ditto
+
+
+@pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])
+def test_ditto_one_round_by_hand(engine_cls) -> None:
+    """Two centers, one row each ((x, y) = (1, 1) and (-2, 0)), SGD eta = 0.5, lambda = 0.8, two
+    local steps (epochs = 2, batch 1), w^0 = v^0 = 0 (both copies start at the init).
+
+    Center i, g_i(w) = (sigmoid(x_i w + b) - y_i) [x_i, 1]:
+        global copy:  w_i1 = 0 - eta g_i(0),     w_i2 = w_i1 - eta g_i(w_i1)
+        personal:     v_i1 = 0 - eta (g_i(0) + lambda (0 - 0)) = w_i1
+                      v_i2 = v_i1 - eta (g_i(v_i1) + lambda (v_i1 - 0)) = w_i2 - eta lambda w_i1
+    Aggregation (n_1 = n_2 = 1): both global copies become (w_12 + w_22) / 2; v_i2 stays, and is
+    what the center's forward (its evaluated model) computes.
+    """
+    eta, lam = 0.5, 0.8
+    rows = [(1.0, 1.0), (-2.0, 0.0)]
+    data = _one_row_centers(rows)
+    algo = Ditto(lam=lam)
+    module = algo.model_for(LogReg(1, eta).double())
+    _zero_init(module)
+    algo.setup(data, module)
+    engine = engine_cls()
+    engine.setup(
+        module,
+        [(c.x_train, c.y_train) for c in data.centers],
+        batch_size=1,
+        epochs=2,
+        seed=0,
+        dtype=torch.float64,
+        local_term=algo.local_term(),
+    )
+    engine.train_round(0)
+    trained = engine.get_params()
+    out = algo.aggregate(_ctx(), trained, Wire())
+    zero = torch.zeros(2, dtype=torch.float64)
+    w2, v2 = [], []
+    for x, y in rows:
+        w1 = zero - eta * _grad(x, y, zero)
+        w2.append(w1 - eta * _grad(x, y, w1))
+        v2.append(w2[-1] - eta * lam * w1)
+    for c in range(2):
+        torch.testing.assert_close(_pair(trained, "global_model.", c), w2[c])
+        torch.testing.assert_close(_pair(out, "personal_model.", c), v2[c])
+        torch.testing.assert_close(_pair(out, "global_model.", c), (w2[0] + w2[1]) / 2)
+    x = torch.tensor([[[1.0]], [[-2.0]]], dtype=torch.float64)
+    logits = engine.predict(out, x)
+    torch.testing.assert_close(
+        logits[:, 0],
+        torch.stack(
+            [
+                v2[0] @ torch.tensor([1.0, 1.0], dtype=torch.float64),
+                v2[1] @ torch.tensor([-2.0, 1.0], dtype=torch.float64),
+            ]
+        ),
+    )
+
+
+@pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])
+def test_ditto_lambda_zero_is_local_only_and_its_global_copy_is_fedavg(engine_cls) -> None:
+    """lambda = 0: the personal models are Local-only's models and the global copies FedAvg's.
+
+    Sequential engine: bit for bit (the same autograd ops and batches). Packed: to 1e-12 in
+    float64 (Local-only and FedAvg take the MLP's hand-derived gradients there, Ditto autograd:
+    equal up to rounding). Without dropout: with it the two copies draw from one stream per center,
+    so neither copy sees Local-only's (or FedAvg's) masks.
+    """
+    data = make_federation([40, 7, 70, 3, 25])
+    ditto = _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), Ditto(lam=0.0), engine_cls()).center_params()
+    local = _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), LocalOnly(), engine_cls()).center_params()
+    fedavg = _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), FedAvg(), engine_cls()).center_params()
+    for n in local:
+        if engine_cls is SequentialEngine:
+            assert torch.equal(ditto["personal_model." + n], local[n]), n
+            assert torch.equal(ditto["global_model." + n], fedavg[n]), n
+        else:
+            torch.testing.assert_close(ditto["personal_model." + n], local[n], rtol=0.0, atol=1e-12)
+            torch.testing.assert_close(ditto["global_model." + n], fedavg[n], rtol=0.0, atol=1e-12)
+
+
+def test_ditto_huge_lambda_approaches_fedavg() -> None:
+    """lambda -> infinity pins v_i to the model w^t it received (FedAvg's model after t rounds).
+
+    The personal step ``v' - w = (1 - eta lambda)(v - w) - eta grad F(v)`` (SGD, eta = 0.01) is
+    stable for ``eta lambda <= 1``; over the round's steps ``v - w^t`` settles near
+    ``-grad F / lambda``. Stated tolerance: with lambda = 100 (eta lambda = 1) every coordinate of
+    v_i is within 1e-2 of FedAvg's model after R - 1 rounds (|grad F| <= |x| + 1 for the logistic
+    loss, so one step moves at most ~eta (|x|_max + 1)); the gap shrinks as lambda grows.
+    """
+    data = make_federation([40, 7, 70, 3, 25], num_features=1)
+    rounds = 3
+    fedavg = _fit(data, LogReg(1, 0.01), FedAvg(), rounds=rounds - 1).center_params()
+    gaps = []
+    for lam in (0.1, 1.0, 10.0, 100.0):
+        ditto = _fit(data, LogReg(1, 0.01), Ditto(lam=lam), rounds=rounds).center_params()
+        gaps.append(max(float((ditto["personal_model." + n] - fedavg[n]).abs().max()) for n in fedavg))
+    assert all(a > b for a, b in itertools.pairwise(gaps)), gaps
+    assert gaps[-1] < 1e-2, gaps
+
+
+def test_ditto_packed_matches_sequential() -> None:
+    data = make_federation([40, 7, 70, 3, 25])
+    finals = [
+        _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), Ditto(lam=0.5), engine).engine.get_params()
+        for engine in (PackedEngine(), SequentialEngine())
+    ]
+    for n in finals[0]:
+        torch.testing.assert_close(finals[0][n], finals[1][n], rtol=1e-9, atol=1e-9)
+
+
+def test_ditto_shares_only_the_global_copy() -> None:
+    data = make_federation([30, 12])
+    fed = _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), Ditto(lam=0.1), rounds=1)
+    assert fed.algorithm.shared_names and all(
+        n.startswith("global_model.") for n in fed.algorithm.shared_names
+    )
+    plain = sum(p.numel() for p in MortalityMLP(hidden=(8, 4), in_features=6).parameters())
+    assert fed.num_shared_parameters == plain
+    assert fed.reference_message_bytes == 4 * plain
+
+
+def test_ditto_bad_lambda_is_one_line() -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.lam"):
+        Ditto(lam=-1.0)
