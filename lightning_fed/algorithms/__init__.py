@@ -39,3 +39,7 @@ __all__ += ["FedDRM"]
 from lightning_fed.algorithms.ditto import Ditto  # noqa: E402
 
 __all__ += ["Ditto"]
+
+from lightning_fed.algorithms.apfl import APFL  # noqa: E402
+
+__all__ += ["APFL"]

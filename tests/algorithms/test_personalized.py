@@ -10,7 +10,7 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightning_fed.algorithms import Ditto, FedAvg, LocalOnly
+from lightning_fed.algorithms import APFL, Ditto, FedAvg, LocalOnly
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import CenterData, FederatedData
 from lightning_fed.engine import PackedEngine, SequentialEngine
@@ -106,7 +106,7 @@ def test_ditto_one_round_by_hand(engine_cls) -> None:
     rows = [(1.0, 1.0), (-2.0, 0.0)]
     data = _one_row_centers(rows)
     algo = Ditto(lam=lam)
-    module = algo.model_for(LogReg(1, eta).double())
+    module = algo.model_for(LogReg(1, eta)).double()
     _zero_init(module)
     algo.setup(data, module)
     engine = engine_cls()
@@ -211,3 +211,92 @@ def test_ditto_shares_only_the_global_copy() -> None:
 def test_ditto_bad_lambda_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"algorithm\.lam"):
         Ditto(lam=-1.0)
+
+
+# ------------------------------------------------------------------------------------------ APFL
+
+
+@pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])
+def test_apfl_one_round_by_hand(engine_cls) -> None:
+    """Two centers, one row each ((1, 1) and (-2, 0)), SGD eta = 0.5, alpha^0 = 0.3, two local steps,
+    w^0 = v^0 = 0; g_i(u) = (sigmoid(x_i u_w + u_b) - y_i) [x_i, 1].
+
+    step 1 (vbar_0 = a0 v0 + (1 - a0) w0 = 0):
+        w1 = -eta g(0),   v1 = -eta a0 g(0),   a1 = a0 - eta <v0 - w0, g(0)> = a0
+    step 2 (vbar_1 = a1 v1 + (1 - a1) w1):
+        w2 = w1 - eta g(w1),   v2 = v1 - eta a1 g(vbar_1),   a2 = a1 - eta <v1 - w1, g(vbar_1)>
+    Aggregation (n_1 = n_2 = 1): w <- (w2_1 + w2_2) / 2 at both; v2, a2 stay. The evaluated model is
+    vbar = a2 v2 + (1 - a2) w (logit at x: vbar . [x, 1]).
+    """
+    eta, a0 = 0.5, 0.3
+    rows = [(1.0, 1.0), (-2.0, 0.0)]
+    data = _one_row_centers(rows)
+    algo = APFL(alpha=a0)
+    module = algo.model_for(LogReg(1, eta)).double()
+    _zero_init(module.global_model)
+    algo.setup(data, module)
+    engine = engine_cls()
+    engine.setup(
+        module,
+        [(c.x_train, c.y_train) for c in data.centers],
+        batch_size=1,
+        epochs=2,
+        seed=0,
+        dtype=torch.float64,
+    )
+    engine.train_round(0)
+    out = algo.aggregate(_ctx(), engine.get_params(), Wire())
+    zero = torch.zeros(2, dtype=torch.float64)
+    expected = []
+    for x, y in rows:
+        w1, v1, a1 = -eta * _grad(x, y, zero), -eta * a0 * _grad(x, y, zero), a0
+        gbar = _grad(x, y, a1 * v1 + (1 - a1) * w1)
+        w2, v2, a2 = w1 - eta * _grad(x, y, w1), v1 - eta * a1 * gbar, a1 - eta * float((v1 - w1) @ gbar)
+        expected.append((w2, v2, a2))
+    wbar = (expected[0][0] + expected[1][0]) / 2
+    for c, (_, v2, a2) in enumerate(expected):
+        torch.testing.assert_close(_pair(out, "global_model.", c), wbar)
+        torch.testing.assert_close(_pair(out, "personal_model.", c), v2)
+        assert float(out["alpha"][c]) == pytest.approx(a2, abs=1e-12)
+    assert a2 != pytest.approx(a0)  # the weight moved
+    x = torch.tensor([[[1.0]], [[-2.0]]], dtype=torch.float64)
+    logits = engine.predict(out, x)[:, 0]
+    for c, (_, v2, a2) in enumerate(expected):
+        vbar = a2 * v2 + (1 - a2) * wbar
+        assert float(logits[c]) == pytest.approx(
+            float(vbar @ torch.tensor([rows[c][0], 1.0], dtype=torch.float64)), abs=1e-12
+        )
+    assert algo.round_stats()["alpha_mean"] == pytest.approx((expected[0][2] + expected[1][2]) / 2, abs=1e-12)
+
+
+def test_apfl_alpha_is_clipped_to_the_unit_interval_in_the_mixture() -> None:
+    """alpha = 1.7 mixes as 1 (the local model alone), with alpha's own gradient passed through."""
+    module = APFL(alpha=0.5).model_for(LogReg(1)).double()
+    with torch.no_grad():
+        module.alpha.fill_(1.7)
+        module.personal_model.linear.weight.fill_(2.0)
+        module.personal_model.linear.bias.fill_(0.0)
+        module.global_model.linear.weight.fill_(-5.0)
+        module.global_model.linear.bias.fill_(0.0)
+    x = torch.tensor([[1.0]], dtype=torch.float64)
+    assert float(module(x).detach()) == pytest.approx(2.0)
+    module(x).sum().backward()
+    assert float(module.alpha.grad) == pytest.approx(2.0 - (-5.0))  # d/da (a v + (1 - a) w) x at a = 1
+
+
+def test_apfl_packed_matches_sequential_and_shares_only_w() -> None:
+    data = make_federation([40, 7, 70, 3, 25])
+    feds = [
+        _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), APFL(alpha=0.4), e)
+        for e in (PackedEngine(), SequentialEngine())
+    ]
+    finals = [f.engine.get_params() for f in feds]
+    for n in finals[0]:
+        torch.testing.assert_close(finals[0][n], finals[1][n], rtol=1e-9, atol=1e-9)
+    assert all(n.startswith("global_model.") for n in feds[0].algorithm.shared_names)
+    assert not torch.equal(finals[0]["alpha"], torch.full_like(finals[0]["alpha"], 0.4))
+
+
+def test_apfl_bad_alpha_is_one_line() -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.alpha"):
+        APFL(alpha=1.5)
