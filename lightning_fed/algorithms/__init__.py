@@ -43,3 +43,7 @@ __all__ += ["Ditto"]
 from lightning_fed.algorithms.apfl import APFL  # noqa: E402
 
 __all__ += ["APFL"]
+
+from lightning_fed.algorithms.fedbn import FedBN  # noqa: E402
+
+__all__ += ["FedBN"]

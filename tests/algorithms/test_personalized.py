@@ -10,12 +10,13 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightning_fed.algorithms import APFL, Ditto, FedAvg, LocalOnly
+from lightning_fed.algorithms import APFL, Ditto, FedAvg, FedBN, LocalOnly
+from lightning_fed.algorithms.fedbn import norm_parameter_names
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import CenterData, FederatedData
 from lightning_fed.engine import PackedEngine, SequentialEngine
 from lightning_fed.federation import Federation
-from lightning_fed.models import CenterModule, MortalityMLP
+from lightning_fed.models import CenterModule, MortalityMLP, SmallCNN
 from lightning_fed.types import RoundContext, TrainerConfig
 from tests.conftest import make_federation
 
@@ -300,3 +301,116 @@ def test_apfl_packed_matches_sequential_and_shares_only_w() -> None:
 def test_apfl_bad_alpha_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"algorithm\.alpha"):
         APFL(alpha=1.5)
+
+
+# ----------------------------------------------------------------------------------------- FedBN
+
+
+class BatchNormNet(CenterModule):
+    """A user module with BatchNorm: Linear(2, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, 1)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.ReLU())
+        self.out = nn.Linear(3, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.body(x)).squeeze(-1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_fedbn_keeps_normalization_parameters_local_by_hand() -> None:
+    """Two centers (n_1 = 1, n_2 = 3 training rows), parameters set to c + 1 at center c:
+    every shared tensor becomes (1 * 1 + 3 * 2) / 4 = 1.75 at both; BatchNorm's weight and bias stay
+    1 and 2 (never sent), and the bytes are FedAvg's less the 6 BatchNorm parameters.
+    """
+    data = FederatedData(
+        tuple(
+            CenterData(
+                f"c{c}",
+                torch.zeros(n, 2),
+                torch.zeros(n),
+                torch.zeros(2, 2),
+                torch.zeros(2),
+                torch.zeros(2, 2),
+                torch.zeros(2),
+                torch.zeros(3, dtype=torch.float64),
+            )
+            for c, n in enumerate((1, 3))
+        ),
+        ("a", "b"),
+    )
+    module = BatchNormNet()
+    algo = FedBN()
+    algo.setup(data, module)
+    assert set(algo.shared_names) == {"body.0.weight", "body.0.bias", "out.weight", "out.bias"}
+    params = {
+        n: torch.stack([torch.full_like(p, 1.0), torch.full_like(p, 2.0)])
+        for n, p in module.named_parameters()
+    }
+    wire = Wire()
+    out = algo.aggregate(_ctx(), params, wire)
+    for n in algo.shared_names:
+        torch.testing.assert_close(out[n], torch.full_like(params[n], 1.75))
+    for n in ("body.1.weight", "body.1.bias"):
+        assert torch.equal(out[n], params[n])
+    shared = sum(p.numel() for n, p in module.named_parameters() if n in algo.shared_names)
+    assert shared == sum(p.numel() for p in module.parameters()) - 6
+    assert wire.ledger.total() == 2 * 2 * 4 * shared
+
+
+def test_fedbn_on_the_built_in_models() -> None:
+    """SmallCNN: its GroupNorm and LayerNorm parameters are local; the MLP (no normalization) is refused."""
+    cnn = SmallCNN(num_classes=3, embed_dim=4, width=4, groups=2, in_channels=1)
+    names = norm_parameter_names(cnn)
+    by_name = dict(cnn.named_modules())
+    kinds = {type(by_name[n.rsplit(".", 1)[0]]).__name__ for n in names}
+    assert kinds == {"GroupNorm", "LayerNorm"} and len(names) == 2 * 4  # 3 GroupNorm + 1 LayerNorm
+    algo = FedBN()
+    algo.setup(make_federation([5, 6]), cnn)
+    assert not set(names) & set(algo.shared_names)
+    with pytest.raises(ValueError, match="no normalization layer"):
+        FedBN().setup(make_federation([5, 6]), MortalityMLP(hidden=(4,), in_features=6))
+
+
+def test_fedbn_trains_a_batchnorm_module_through_the_sequential_engine() -> None:
+    """Two rounds of a user BatchNorm module: the BatchNorm parameters differ between centers, the
+    shared ones agree. (The packed engine's vmap cannot update BatchNorm's running statistics, a
+    limit of any BatchNorm model there, FedBN or not: such a model takes trainer.engine =
+    SequentialEngine.)"""
+    data = make_federation([20, 12, 30], num_features=2)
+    fed = _fit(data, BatchNormNet(), FedBN(), SequentialEngine())
+    p = fed.center_params()
+    assert not torch.allclose(p["body.1.weight"][0], p["body.1.weight"][1])
+    for n in fed.algorithm.shared_names:
+        torch.testing.assert_close(p[n][0], p[n][1])
+
+
+def _images(sizes: list[int], seed: int = 0) -> FederatedData:
+    gen = torch.Generator().manual_seed(seed)
+    centers = []
+    for c, n in enumerate(sizes):
+        x = torch.randn(n, 1, 8, 8, generator=gen) + c
+        y = torch.arange(n, dtype=torch.float32) % 3
+        centers.append(
+            CenterData(f"c{c}", x, y, x[:4], y[:4], x[:4], y[:4], torch.zeros(3, dtype=torch.float64))
+        )
+    return FederatedData(tuple(centers), ("pixels",))
+
+
+def test_fedbn_packed_matches_sequential_on_smallcnn() -> None:
+    """SmallCNN (GroupNorm + LayerNorm) under FedBN: packed == sequential; the norm parameters differ
+    between centers after aggregation, every other parameter agrees."""
+    data = _images([12, 7, 9])
+    feds = [
+        _fit(data, SmallCNN(num_classes=3, embed_dim=4, width=4, groups=2), FedBN(), e)
+        for e in (PackedEngine(), SequentialEngine())
+    ]
+    finals = [f.engine.get_params() for f in feds]
+    for n in finals[0]:
+        torch.testing.assert_close(finals[0][n], finals[1][n], rtol=1e-9, atol=1e-9)
+    local = set(norm_parameter_names(feds[0].module))
+    for n, t in finals[0].items():
+        assert torch.allclose(t[0], t[1]) != (n in local), n
