@@ -47,3 +47,7 @@ __all__ += ["APFL"]
 from lightning_fed.algorithms.fedbn import FedBN  # noqa: E402
 
 __all__ += ["FedBN"]
+
+from lightning_fed.algorithms.fedrep import FedRep  # noqa: E402
+
+__all__ += ["FedRep"]

@@ -10,7 +10,7 @@ import torch
 from lightning.fabric import Fabric
 from torch import nn
 
-from lightning_fed.algorithms import APFL, Ditto, FedAvg, FedBN, LocalOnly
+from lightning_fed.algorithms import APFL, Ditto, FedAvg, FedBN, FedRep, LocalOnly
 from lightning_fed.algorithms.fedbn import norm_parameter_names
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import CenterData, FederatedData
@@ -414,3 +414,123 @@ def test_fedbn_packed_matches_sequential_on_smallcnn() -> None:
     local = set(norm_parameter_names(feds[0].module))
     for n, t in finals[0].items():
         assert torch.allclose(t[0], t[1]) != (n in local), n
+
+
+# ---------------------------------------------------------------------------------------- FedRep
+
+
+class ScalarNet(CenterModule):
+    """``logit = b (a x) + c``: body ``a`` (no bias), head ``(b, c)``; SGD with momentum 0.9."""
+
+    def __init__(self, lr: float = 0.5) -> None:
+        super().__init__()
+        self.lr = lr
+        self.body = nn.Linear(1, 1, bias=False)
+        self.head = nn.Linear(1, 1)
+
+    def set_num_features(self, num_features: int) -> None:
+        assert num_features == 1
+
+    def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
+        return ("head.weight", "head.bias")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)).squeeze(-1)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+@pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])
+def test_fedrep_one_round_by_hand(engine_cls) -> None:
+    """Two centers, rows (x, y) = (1, 1) and (-2, 0), eta = 0.5, start a = 0.5, b = -1, c = 0.2;
+    head_epochs = 2 and local_epochs = 1 (batch 1: two head steps, one body step). Momentum 0.9:
+    the head's second step uses buf = 0.9 g_1 + g_2; the body's first step has buf = g (its state
+    was kept at zero through the head phase).
+
+    With r(a, b, c) = sigmoid(b a x + c) - y:
+        head step 1:  g1 = r(a0, b0, c0) [a0 x, 1];          (b1, c1) = (b0, c0) - eta g1
+        head step 2:  g2 = r(a0, b1, c1) [a0 x, 1];          (b2, c2) = (b1, c1) - eta (0.9 g1 + g2)
+        body step:    a1 = a0 - eta r(a0, b2, c2) b2 x       (head fixed at (b2, c2))
+    Aggregation (n_1 = n_2 = 1): a <- (a1_1 + a1_2) / 2 at both; the heads stay.
+    """
+    eta, a0, b0, c0 = 0.5, 0.5, -1.0, 0.2
+    rows = [(1.0, 1.0), (-2.0, 0.0)]
+    data = _one_row_centers(rows)
+    module = ScalarNet(eta).double()
+    with torch.no_grad():
+        module.body.weight.fill_(a0)
+        module.head.weight.fill_(b0)
+        module.head.bias.fill_(c0)
+    algo = FedRep(head_epochs=2)
+    algo.setup(data, module)
+    assert algo.shared_names == ("body.weight",)
+    engine = engine_cls()
+    engine.setup(
+        module,
+        [(c.x_train, c.y_train) for c in data.centers],
+        batch_size=1,
+        epochs=1,
+        seed=0,
+        dtype=torch.float64,
+    )
+    algo.train_round(engine, 0)
+    trained = engine.get_params()
+    out = algo.aggregate(_ctx(), trained, Wire())
+
+    def r(x: float, y: float, a: float, b: float, c: float) -> float:
+        return float(torch.sigmoid(torch.tensor(b * a * x + c, dtype=torch.float64))) - y
+
+    bodies = []
+    for i, (x, y) in enumerate(rows):
+        g1 = r(x, y, a0, b0, c0) * torch.tensor([a0 * x, 1.0], dtype=torch.float64)
+        b1, c1 = torch.tensor([b0, c0], dtype=torch.float64) - eta * g1
+        g2 = r(x, y, a0, b1, c1) * torch.tensor([a0 * x, 1.0], dtype=torch.float64)
+        b2, c2 = torch.tensor([b1, c1], dtype=torch.float64) - eta * (0.9 * g1 + g2)
+        a1 = a0 - eta * r(x, y, a0, float(b2), float(c2)) * float(b2) * x
+        bodies.append(a1)
+        assert float(out["head.weight"][i]) == pytest.approx(float(b2), abs=1e-12)
+        assert float(out["head.bias"][i]) == pytest.approx(float(c2), abs=1e-12)
+        assert float(trained["body.weight"][i]) == pytest.approx(a1, abs=1e-12)
+    for i in range(2):
+        assert float(out["body.weight"][i]) == pytest.approx(sum(bodies) / 2, abs=1e-12)
+
+
+def test_fedrep_packed_matches_sequential() -> None:
+    """MLP with Adam (frozen moments, one step count per model), head_epochs = 2, two rounds."""
+    data = make_federation([40, 7, 70, 3, 25])
+    finals = [
+        _fit(data, MortalityMLP(hidden=(8, 4), dropout=0.0), FedRep(head_epochs=2), e).engine.get_params()
+        for e in (PackedEngine(), SequentialEngine())
+    ]
+    for n in finals[0]:
+        torch.testing.assert_close(finals[0][n], finals[1][n], rtol=1e-9, atol=1e-9)
+
+
+def test_fedrep_frozen_parameters_do_not_move() -> None:
+    """A head phase leaves the body exactly where it was (values), in both engines."""
+    data = make_federation([30, 12])
+    for engine in (PackedEngine(), SequentialEngine()):
+        module = MortalityMLP(hidden=(8, 4), dropout=0.0, in_features=6).double()
+        engine.setup(
+            module,
+            [(c.x_train, c.y_train) for c in data.centers],
+            batch_size=8,
+            epochs=1,
+            seed=0,
+            dtype=torch.float64,
+        )
+        before = engine.get_params()
+        head = set(module.head_parameter_names(1))
+        engine.set_phase(2, frozen=tuple(n for n in before if n not in head))
+        engine.train_round(0)
+        after = engine.get_params()
+        for n in before:
+            assert torch.equal(before[n], after[n]) == (n not in head), n
+
+
+def test_fedrep_bad_settings_are_one_line() -> None:
+    with pytest.raises(ValueError, match=r"algorithm\.personal_layers"):
+        FedRep(personal_layers=0)
+    with pytest.raises(ValueError, match=r"algorithm\.head_epochs"):
+        FedRep(head_epochs=0)
