@@ -140,7 +140,11 @@ class Federation:
         wire: Wire | None = None,
         metrics: PerCenterMetrics | list[Any] | None = None,
     ) -> None:
-        self.data, self.module, self.algorithm = data, as_center_module(module), algorithm
+        self.data, self.module, self.algorithm = (
+            data,
+            algorithm.model_for(as_center_module(module)),
+            algorithm,
+        )
         self.metrics = metrics if isinstance(metrics, PerCenterMetrics) else resolve_metrics(metrics)
         self.trainer = trainer if trainer is not None else TrainerConfig()
         self.fabric = fabric if fabric is not None else Fabric(accelerator="cpu", devices=1)

@@ -39,3 +39,19 @@ __all__ += ["FedDRM"]
 from lightning_fed.algorithms.scaffold import SCAFFOLD  # noqa: E402
 
 __all__ += ["SCAFFOLD"]
+
+from lightning_fed.algorithms.ditto import Ditto  # noqa: E402
+
+__all__ += ["Ditto"]
+
+from lightning_fed.algorithms.apfl import APFL  # noqa: E402
+
+__all__ += ["APFL"]
+
+from lightning_fed.algorithms.fedbn import FedBN  # noqa: E402
+
+__all__ += ["FedBN"]
+
+from lightning_fed.algorithms.fedrep import FedRep  # noqa: E402
+
+__all__ += ["FedRep"]

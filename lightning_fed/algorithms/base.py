@@ -36,6 +36,15 @@ class Algorithm(ABC):
             raise ValueError(f"algorithm.personal_layers must be >= 0, got {personal_layers}")
         self.personal_layers = int(personal_layers)
 
+    def model_for(self, module: CenterModule) -> CenterModule:
+        """The per-center module the engines train, built from the user's ``module`` (default: itself).
+
+        Called once by the federation, before the model is initialized. Methods that train more
+        than the user's model at every center wrap it here (Ditto and APFL: a global and a personal
+        copy, :class:`~lightning_fed.algorithms.twin.TwinModule`).
+        """
+        return module
+
     def prepare(self, data: FederatedData) -> FederatedData:
         """The view of the data this method trains and evaluates on (default: as given)."""
         return data
@@ -45,12 +54,19 @@ class Algorithm(ABC):
         self.num_centers = data.num_centers
         self.n_train = data.n_train
         personal = set(head_names(module, self.personal_layers)) if self.personal_layers else set()
+        personal |= set(self.local_names(module))
         self.shared_names = tuple(n for n, _ in module.named_parameters() if n not in personal)
         if not self.shared_names:
             raise ValueError(
                 f"algorithm.personal_layers={self.personal_layers} keeps every layer of the model local: "
                 "nothing would be shared (use fewer personal layers, or LocalOnly)"
             )
+
+    def local_names(self, module: CenterModule) -> tuple[str, ...]:
+        """Parameters the method keeps at every center besides the ``personal_layers`` head (default
+        none): FedBN's normalization layers, the personal copy of Ditto and APFL. They never cross
+        the wire; :meth:`setup` leaves them out of :attr:`shared_names`."""
+        return ()
 
     def train_groups(self, data: FederatedData) -> list[list[int]]:
         """Which centers' training rows each model trains on (default: one model per center)."""

@@ -196,6 +196,38 @@ class Engine(ABC):
         with one row per model and every per-model list of the state is merged row by row."""
         self.load_state_dict(_merge_rows(self.state_dict(), before, rows.cpu(), self.num_models))
 
+    def set_phase(self, epochs: int | None = None, frozen: tuple[str, ...] = ()) -> None:
+        """Train the next rounds with ``epochs`` local epochs (None: the setup's) and ``frozen`` fixed.
+
+        For methods whose round has phases (FedRep: head epochs with the body fixed, then body epochs
+        with the head fixed). A frozen parameter keeps its value and its optimizer state (moments,
+        momentum buffers) through every step of the round; the model's step count, one per model in
+        the packed optimizer, still counts every step (the sequential engine does the same: it steps
+        the frozen tensors with a zero gradient and restores them and their state after each step),
+        so both engines agree. With ``trainer.local_steps`` the step count is fixed and ``epochs`` is
+        ignored. ``set_phase()`` restores the setup's schedule and freezes nothing.
+
+        Raises:
+            ValueError: If this engine cannot train in phases (this default), or a name is unknown.
+        """
+        if epochs is not None or frozen:
+            raise ValueError(
+                f"trainer.engine: {type(self).__name__} cannot train in phases (frozen parameters, other "
+                "epochs), which the algorithm asks for; use lightning_fed.engine.PackedEngine or "
+                "SequentialEngine in one process"
+            )
+
+    def _phase_epochs(self, epochs: int | None, frozen: tuple[str, ...], names: Sequence[str]) -> int:
+        """Validated :meth:`set_phase` arguments: the epochs to train (the setup's for None)."""
+        unknown = sorted(set(frozen) - set(names))
+        if unknown:
+            raise ValueError(f"set_phase: frozen names {unknown[:3]} are not parameters of the model")
+        if epochs is not None and (isinstance(epochs, bool) or int(epochs) != epochs or epochs < 1):
+            raise ValueError(f"set_phase: epochs must be an integer >= 1, got {epochs!r}")
+        if not hasattr(self, "setup_epochs"):
+            self.setup_epochs = self.epochs
+        return self.setup_epochs if epochs is None else int(epochs)
+
     def lr_factor(self, round_idx: int) -> float:
         """The learning-rate multiplier of round ``round_idx`` (``lr_schedule.factor``)."""
         return float(self.lr_schedule.factor(round_idx))

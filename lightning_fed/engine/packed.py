@@ -226,20 +226,12 @@ class PackedEngine(Engine):
         sizes = torch.tensor([len(y) for _, y in train])
         per_round = [steps_per_round(int(n), self.batch_size, self.epochs, self.local_steps) for n in sizes]
         steps = torch.tensor(per_round)
-        # Stable sort: ties keep center order, so the layout is a pure function of the sizes.
+        # Stable sort: ties keep center order, so the layout is a pure function of the sizes (and
+        # the same for every number of epochs: steps = epochs * ceil(n / B) orders like the sizes).
         self.order = torch.argsort(steps, descending=True, stable=True)
         self.inverse = torch.argsort(self.order)
-        self.sizes, self.steps = sizes[self.order], steps[self.order]
-        self.active = torch.stack([(self.steps > s).sum() for s in range(int(self.steps.max()))]).tolist()
-        # Step-major layout of a round's batches: step s is rows [step_start[s], step_start[s] + k_s)
-        # of one [sum_s k_s, B] table, row step_start[s] + p being center p's batch s. Built once per
-        # round from the centers' batch lists (center-major: center p's batches are rows
-        # block_start[p] .. + steps[p]) through the fixed permutation ``_to_step_major``.
-        self.step_start = [0, *torch.tensor(self.active, dtype=torch.int64).cumsum(0).tolist()]
-        block_start = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.steps[:-1]]), 0)
-        self._to_step_major = torch.cat(
-            [block_start[:k] + s for s, k in enumerate(self.active)] or [torch.zeros(0, dtype=torch.int64)]
-        )
+        self.sizes = sizes[self.order]
+        self._schedule()
         xs = [train[int(c)][0] for c in self.order]
         ys = [train[int(c)][1] for c in self.order]
         # One padding row at the end: padded batch slots point at it and are masked out.
@@ -287,7 +279,8 @@ class PackedEngine(Engine):
         # from then on a round's words are drawn up front (CenterStreams.prefetch) into _words.
         self._words_per_step: int | None = None
         self._words: Tensor | None = None
-        self._steps_list = self.steps.tolist()
+        #: ``(a, b)`` column spans of the parameters :meth:`set_phase` froze (empty: none).
+        self._frozen_spans: list[tuple[int, int]] = []
         # A module's own training_step is its loss (engine/training_step.py): run through vmap, or
         # center by center where vmap cannot run it (learnt once here, outside any round's draws).
         self._step_module = TrainingStep(self.module) if overrides_training_step(self.module) else None
@@ -317,6 +310,35 @@ class PackedEngine(Engine):
         #: Bool ``[C, D]`` (sorted order), True where a parameter is masked out; None: no mask.
         self._masked_out: Tensor | None = None
         self.mask = None
+
+    def _schedule(self) -> None:
+        """Each center's steps this round (sorted order) and the step-major layout of its batches.
+
+        Step ``s`` is rows ``[step_start[s], step_start[s] + k_s)`` of one ``[sum_s k_s, B]`` table,
+        row ``step_start[s] + p`` being center ``p``'s batch ``s``; built once per round from the
+        centers' batch lists (center-major: center ``p``'s batches are rows ``block_start[p] ..
+        + steps[p]``) through the fixed permutation ``_to_step_major``.
+        """
+        per_round = [
+            steps_per_round(int(n), self.batch_size, self.epochs, self.local_steps) for n in self.sizes
+        ]
+        self.steps = torch.tensor(per_round, dtype=torch.int64)
+        self.active = torch.stack([(self.steps > s).sum() for s in range(int(self.steps.max()))]).tolist()
+        self.step_start = [0, *torch.tensor(self.active, dtype=torch.int64).cumsum(0).tolist()]
+        block_start = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.steps[:-1]]), 0)
+        self._to_step_major = torch.cat(
+            [block_start[:k] + s for s, k in enumerate(self.active)] or [torch.zeros(0, dtype=torch.int64)]
+        )
+        self._steps_list = self.steps.tolist()
+
+    def set_phase(self, epochs: int | None = None, frozen: tuple[str, ...] = ()) -> None:
+        """See :meth:`Engine.set_phase <lightning_fed.engine.base.Engine.set_phase>`: the schedule is
+        rebuilt for ``epochs`` (the centers' order does not change) and after every optimizer step
+        the frozen columns of the stepped centers' parameters and state are copied back from the
+        round-start snapshot."""
+        self.epochs = self._phase_epochs(epochs, frozen, list(self.spans))
+        self._schedule()
+        self._frozen_spans = [self.spans[n] for n in frozen]
 
     def _describe_path(self) -> str:
         """The training path in words: fast hand gradients, vmap, or a per-center loop (and why)."""
@@ -513,6 +535,11 @@ class PackedEngine(Engine):
                 if self._replay is not None:
                     self._scheduled_rate(k)
                 self.optimizer.step({"flat": self.flat}, {"flat": grad}, self.opt_state, k)
+                for a, b in self._frozen_spans:  # set_phase: frozen values and state stay
+                    self.flat[:k, a:b] = before[0][:k, a:b]
+                    for n, t in self.opt_state.items():
+                        if t.shape == self.flat.shape:
+                            t[:k, a:b] = before[1][n][:k, a:b]
                 if self._replay is not None:
                     self._sched_counts[:k, 0] += 1
                     self._sched_counts[:k, 1] += ((s + 1) % self._per_epoch[:k] == 0).to(torch.int64)

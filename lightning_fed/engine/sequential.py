@@ -60,6 +60,8 @@ class SequentialEngine(Engine):
         self.base_lrs = [opt.param_groups[0]["lr"] for opt in self.optimizers]
         #: Per model, ``(parameter, bool masked-out)`` pairs of the masked parameters; None: no mask.
         self._masked_out: list[list[tuple[torch.nn.Parameter, Tensor]]] | None = None
+        #: Parameter names :meth:`set_phase` froze (empty: none).
+        self._frozen: tuple[str, ...] = ()
         self.mask = None
         #: Each model copy's ``training_step`` with its captured logs, when the module has its own.
         self._steps = [TrainingStep(m) for m in self.models] if overrides_training_step(self.module) else None
@@ -97,6 +99,7 @@ class SequentialEngine(Engine):
                 len(y), self.batch_size, self.epochs, self.seed, round_idx, center, self.local_steps
             )
             start = {n: p.detach().clone().unsqueeze(0) for n, p in model.named_parameters()}
+            frozen = _frozen_snapshot(model, opt, self._frozen) if self._frozen else None
             per_epoch = -(-len(y) // self.batch_size)
             draws = None
             if self.augment is not None:
@@ -119,16 +122,26 @@ class SequentialEngine(Engine):
                         self.last_diverged[c] = True
                         break
                     loss.backward()
+                    if frozen is not None:
+                        for p, _, _ in frozen:  # stepped with a zero gradient (the step count advances)
+                            p.grad = torch.zeros_like(p)
                     if self._masked_out is not None:
                         for p, out in self._masked_out[c]:
                             p.grad.masked_fill_(out, 0.0)
                     opt.step()
+                    if frozen is not None:
+                        _restore(frozen, opt)
                     if sched is not None:
                         self._step_scheduler(c, sched, epoch_end=(t + 1) % per_epoch == 0)
                     losses[c] += loss.item()
             losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
         self.last_logged = logs.means() if self._steps is not None else None
         return losses
+
+    def set_phase(self, epochs: int | None = None, frozen: tuple[str, ...] = ()) -> None:
+        """See :meth:`Engine.set_phase <lightning_fed.engine.base.Engine.set_phase>`."""
+        self.epochs = self._phase_epochs(epochs, frozen, [n for n, _ in self.module.named_parameters()])
+        self._frozen = tuple(frozen)
 
     def _step_scheduler(self, c: int, sched: SchedulerConfig, epoch_end: bool) -> None:
         """Lightning's stepping: after every ``frequency``-th optimizer step (``interval="step"``) or
@@ -251,3 +264,37 @@ class SequentialEngine(Engine):
                 if sched is not None:
                     sched.scheduler.load_state_dict(saved)
             self.sched_counts.copy_(state["scheduler_counts"])
+
+
+#: A frozen parameter, its value and its optimizer state tensors at the start of the round.
+Frozen = list[tuple[torch.nn.Parameter, Tensor, dict[str, Tensor]]]
+
+
+def _frozen_snapshot(model: torch.nn.Module, opt: torch.optim.Optimizer, names: tuple[str, ...]) -> Frozen:
+    """The frozen parameters of ``model`` with copies of their values and optimizer state (not ``step``)."""
+    named = dict(model.named_parameters())
+    out = []
+    for n in names:
+        p = named[n]
+        state = {k: v.detach().clone() for k, v in opt.state.get(p, {}).items() if _restorable(k, v, p)}
+        out.append((p, p.detach().clone(), state))
+    return out
+
+
+def _restorable(key: str, value: object, p: Tensor) -> bool:
+    """A per-coordinate state tensor (moments, momentum buffer), not the step count."""
+    return key != "step" and isinstance(value, Tensor) and value.shape == p.shape
+
+
+@torch.no_grad()
+def _restore(frozen: Frozen, opt: torch.optim.Optimizer) -> None:
+    """Put the frozen parameters and their state back; state created this round returns to zero
+    (the packed engine's fresh state), so the step count alone has moved."""
+    for p, value, state in frozen:
+        p.copy_(value)
+        for k, v in opt.state.get(p, {}).items():
+            if _restorable(k, v, p):
+                if k in state:
+                    v.copy_(state[k])
+                else:
+                    v.zero_()
