@@ -379,6 +379,8 @@ class Federation:
         self.fabric.call("on_round_start", self, r)
         collective_start = self.collective_seconds
         t0 = time.perf_counter()
+        if self.wire.norm_bound is not None:  # the update bound's anchors: the round-start models
+            self.wire.start_round(r, self.engine.get_params())
         losses = self.algorithm.train_round(self.engine, r)
         t1 = time.perf_counter()
         ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility, rounds=self.trainer.rounds)
@@ -434,6 +436,7 @@ class Federation:
             "unavailable_centers": int((~self.wire.available(r, self.data.num_centers)).sum()),
             "rejected_payloads": self.wire.rejected_in(r),
             "diverged_centers": n_diverged,
+            **({} if self.wire.norm_bound is None else {"clipped_payloads": self.wire.norm_bound.clipped.get(r, 0)}),
         }
 
     @staticmethod
@@ -545,6 +548,7 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
+            **({} if self.wire.norm_bound is None else {"clipped_payloads": sum(self.wire.norm_bound.clipped.values())}),
             **({} if self.pooled else run_isolation(by_round)),
             **self.algorithm.summary_stats(),
             **self.summary_extras,
@@ -624,6 +628,7 @@ class Federation:
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
             "faults": {"rejected": dict(self.wire.rejected), "diverged": self.diverged_total},
+            **({"norm_bound": self.wire.norm_bound.state_dict()} if self.wire.norm_bound is not None else {}),
             "wall_seconds": self.wall_seconds,
         }
 
@@ -638,4 +643,6 @@ class Federation:
         faults = state.get("faults", {})
         self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}
         self.diverged_total = int(faults.get("diverged", 0))
+        if self.wire.norm_bound is not None and "norm_bound" in state:
+            self.wire.norm_bound.load_state_dict(state["norm_bound"])
         self._wall_before = float(state.get("wall_seconds", 0.0))

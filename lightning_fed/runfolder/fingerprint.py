@@ -74,6 +74,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector.init_args.acceptance": None,  # None: Eq. 7's line 19 (issue 30)
     "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
     "data.init_args.split": None,  # None: the 80/10/10 split of before (lightning_fed.data.split)
+    "wire.norm_bound": None,  # None: the ratio test only (issue 32)
 }
 
 
