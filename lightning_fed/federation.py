@@ -169,6 +169,7 @@ class Federation:
         self.module.to(self.fabric.device, self.dtype)
         if self.wire.faults is not None:
             self.wire.faults.check(self.data.num_centers)
+            self.wire.faults.bind(self.seed, torch.tensor([c.n_train for c in self.data.centers]))
         self.algorithm.setup(self.data, self.module, self.seed)
         groups = self.algorithm.train_groups(self.data)
         self.assignment = torch.empty(self.data.num_centers, dtype=torch.int64)
@@ -193,6 +194,9 @@ class Federation:
             augment=getattr(self.data, "train_augment", None),
         )
         self.engine.set_mask(self.algorithm.parameter_mask())
+        self._check_label_flips()
+        #: Centers whose training labels are flipped now (``label_flip`` attacks, :meth:`_flip_labels`).
+        self.flipped: set[int] = set()
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
         # What the observers need of the loop, asked once through the public hook call (the
@@ -207,6 +211,29 @@ class Federation:
                 {n: p[:1] for n, p in self.center_params().items()}, self.val.x[:1, :2]
             )
             self.metrics.check(probe.shape[2] if probe.dim() == 3 else 2)
+
+    def _check_label_flips(self) -> None:
+        """A ``label_flip`` attack needs one model per center and binary labels (a one-line error)."""
+        faults = self.wire.faults
+        flips = [] if faults is None else [k for k, a in enumerate(faults.attacks) if a.kind == "label_flip"]
+        if not flips:
+            return
+        field = f"wire.faults.attacks[{flips[0]}]"
+        if not torch.equal(self.assignment, torch.arange(self.data.num_centers)):
+            raise ValueError(f"{field}: label_flip needs one model per center; this algorithm pools centers")
+        labels = torch.cat([c.y_train.reshape(-1) for c in self.data.centers])
+        if not bool(((labels == 0) | (labels == 1)).all()):
+            raise ValueError(
+                f"{field}: label_flip flips binary labels (y -> 1 - y); these labels are not 0/1"
+            )
+
+    def _flip_labels(self, r: int) -> None:
+        """Before round ``r``'s training: flip the labels of the centers whose ``label_flip`` attack
+        starts or ends (the engine holds the flipped labels of :attr:`flipped`)."""
+        want = self.wire.faults.flipped(r) if self.wire.faults is not None else set()
+        if want != self.flipped:
+            self.engine.flip_labels(want ^ self.flipped)
+            self.flipped = want
 
     @property
     def mixed_precision(self) -> bool:
@@ -379,6 +406,7 @@ class Federation:
         self.fabric.call("on_round_start", self, r)
         collective_start = self.collective_seconds
         t0 = time.perf_counter()
+        self._flip_labels(r)
         if self.wire.norm_bound is not None:  # the update bound's anchors: the round-start models
             self.wire.start_round(r, self.engine.get_params())
         losses = self.algorithm.train_round(self.engine, r)
@@ -431,12 +459,13 @@ class Federation:
         """This round's faults and defences: unavailable centers, rejected payloads, diverged centers."""
         diverged = getattr(self.engine, "last_diverged", None)
         n_diverged = int(diverged.sum()) if diverged is not None else 0
+        bound = self.wire.norm_bound
         self.diverged_total += n_diverged
         return {
             "unavailable_centers": int((~self.wire.available(r, self.data.num_centers)).sum()),
             "rejected_payloads": self.wire.rejected_in(r),
             "diverged_centers": n_diverged,
-            **({} if self.wire.norm_bound is None else {"clipped_payloads": self.wire.norm_bound.clipped.get(r, 0)}),
+            **({} if bound is None else {"clipped_payloads": bound.clipped.get(r, 0)}),
         }
 
     @staticmethod
@@ -548,7 +577,9 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
-            **({} if self.wire.norm_bound is None else {"clipped_payloads": sum(self.wire.norm_bound.clipped.values())}),
+            **(
+                {} if (nb := self.wire.norm_bound) is None else {"clipped_payloads": sum(nb.clipped.values())}
+            ),
             **({} if self.pooled else run_isolation(by_round)),
             **self.algorithm.summary_stats(),
             **self.summary_extras,

@@ -7,4 +7,13 @@ from lightning_fed.comm.ledger import SERVER, Ledger
 from lightning_fed.comm.norm_bound import NormBound
 from lightning_fed.comm.wire import Wire
 
-__all__ = ["SERVER", "BFloat16Hook", "CommHook", "FaultInjection", "IdentityHook", "Ledger", "NormBound", "Wire"]
+__all__ = [
+    "SERVER",
+    "BFloat16Hook",
+    "CommHook",
+    "FaultInjection",
+    "IdentityHook",
+    "Ledger",
+    "NormBound",
+    "Wire",
+]

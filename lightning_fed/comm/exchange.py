@@ -91,7 +91,8 @@ def exchange(
         return Delivery({n: t[:0] for n, t in payload.items()}, src, dst, torch.zeros(0, dtype=torch.bool))
     received = wire.send(payload, src, dst, round_idx)
     view = received if checked is None else checked(received)
-    accepted = wire.accept(view, own, round_idx, src=src if anchored else None, dst=dst)
+    edges = {"src": src, "dst": dst} if anchored and wire.norm_bound is not None else {}
+    accepted = wire.accept(view, own, round_idx, **edges)
     if wire.norm_bound is not None and wire.norm_bound.mode == "clip":
         received = {**received, **wire.clip(view, src, dst)}
     if valid is not None:

@@ -78,7 +78,9 @@ class NormBound:
     ) -> None:
         field = "wire.norm_bound.init_args"
         if not (isinstance(max_update_ratio, int | float) and 1 < max_update_ratio < math.inf):
-            raise ValueError(f"{field}.max_update_ratio must be a finite number > 1, got {max_update_ratio!r}")
+            raise ValueError(
+                f"{field}.max_update_ratio must be a finite number > 1, got {max_update_ratio!r}"
+            )
         if not (isinstance(min_norm_ratio, int | float) and 0 <= min_norm_ratio < 1):
             raise ValueError(f"{field}.min_norm_ratio must be in [0, 1), got {min_norm_ratio!r}")
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
@@ -168,6 +170,8 @@ class NormBound:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (round keys as ints)."""
-        self.medians = {c: {int(r): list(v) for r, v in m.items()} for c, m in state.get("medians", {}).items()}
+        self.medians = {
+            c: {int(r): list(v) for r, v in m.items()} for c, m in state.get("medians", {}).items()
+        }
         self.refs = {c: {int(r): float(v) for r, v in m.items()} for c, m in state.get("refs", {}).items()}
         self.clipped = {int(r): int(n) for r, n in state.get("clipped", {}).items()}
