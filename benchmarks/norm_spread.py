@@ -108,7 +108,7 @@ class RecordingBound(NormBound):
     ratio ``||u_e|| / ref_t``, the norm ratio ``||m_e|| / ||a_e||`` and ``||a_e|| / ref_t``."""
 
     def __init__(self) -> None:
-        super().__init__(max_update_ratio=1e300, min_norm_ratio=0.0)
+        super().__init__(max_update_ratio=1e300, min_norm_ratio=0.0, max_norm_ratio=math.inf)
         self.records: dict[str, list[Tensor]] = defaultdict(list)
 
     def verdict(

@@ -20,9 +20,12 @@ minus the round-start model ``a_e`` it should be near:
   round's senders cannot move ``s_t`` beyond the honest order statistics, an accepted message
   leaves the model within ``T ref_t`` of where it was, and the growth cap stops a round in which
   attackers are the majority from raising the bound by more than ``growth``.
-* Message ``e`` passes iff ``||u_e|| <= T ref_t`` (``T = max_update_ratio``) and ``||m_e|| >=
-  L ||a_e||`` (``L = min_norm_ratio``: a shrunken or all-zero message is caught even in a round
-  whose honest updates are large, e.g. round 0 from the initial model).
+* Message ``e`` passes iff ``||u_e|| <= T ref_t`` (``T = max_update_ratio``) and ``L ||a_e|| <=
+  ||m_e|| <= H ||a_e||`` (``L = min_norm_ratio``, ``H = max_norm_ratio``): a shrunken, all-zero or
+  scaled-up message is caught even where honest updates are long next to the model (round 0 from
+  the initial model; peers whose models differ, where ``a_e`` is the receiver's model). ``a_e``
+  moves only by accepted messages, which the update test bounds by ``T ref_t``: the band alone
+  could ratchet, the two together cannot.
 
 ``mode``: ``"reject"`` drops a message that fails; ``"clip"`` keeps an over-long update shortened
 to the bound, ``m'_e = a_e + u_e min(1, T ref_t / ||u_e||)`` (a message failing the lower test is
@@ -41,13 +44,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["MAX_UPDATE_RATIO", "MIN_NORM_RATIO", "MODES", "NormBound"]
+__all__ = ["MAX_NORM_RATIO", "MAX_UPDATE_RATIO", "MIN_NORM_RATIO", "MODES", "NormBound"]
 
 #: Default :attr:`NormBound.max_update_ratio` (``T``), from ``benchmarks/norm_spread.py``.
-MAX_UPDATE_RATIO = 8.0
+MAX_UPDATE_RATIO = 20.0
 
 #: Default :attr:`NormBound.min_norm_ratio` (``L``), from ``benchmarks/norm_spread.py``.
-MIN_NORM_RATIO = 0.4
+MIN_NORM_RATIO = 0.5
+
+#: Default :attr:`NormBound.max_norm_ratio` (``H``), from ``benchmarks/norm_spread.py``.
+MAX_NORM_RATIO = 2.0
 
 #: What happens to a message whose update is over the bound.
 MODES = ("reject", "clip")
@@ -60,6 +66,7 @@ class NormBound:
         max_update_ratio: ``T``: an update longer than ``T ref_t`` fails (``> 1``).
         min_norm_ratio: ``L``: a message shorter than ``L ||a_e||`` fails (``0 <= L < 1``; 0 turns the
             lower test off).
+        max_norm_ratio: ``H``: a message longer than ``H ||a_e||`` fails (``> 1``; ``inf`` turns it off).
         window: ``W``: rounds whose per-round medians ``ref_t`` is the median of (``>= 1``).
         growth: Most factor by which ``ref_t`` may exceed the previous round's (``>= 1``).
         mode: ``"reject"`` or ``"clip"`` (module docstring).
@@ -72,6 +79,7 @@ class NormBound:
         self,
         max_update_ratio: float = MAX_UPDATE_RATIO,
         min_norm_ratio: float = MIN_NORM_RATIO,
+        max_norm_ratio: float = MAX_NORM_RATIO,
         window: int = 5,
         growth: float = 2.0,
         mode: str = "reject",
@@ -83,6 +91,10 @@ class NormBound:
             )
         if not (isinstance(min_norm_ratio, int | float) and 0 <= min_norm_ratio < 1):
             raise ValueError(f"{field}.min_norm_ratio must be in [0, 1), got {min_norm_ratio!r}")
+        if not (isinstance(max_norm_ratio, int | float) and max_norm_ratio > 1):
+            raise ValueError(
+                f"{field}.max_norm_ratio must be a number > 1 (inf: no upper test), got {max_norm_ratio!r}"
+            )
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"{field}.window must be an integer >= 1, got {window!r}")
         if not (isinstance(growth, int | float) and 1 <= growth < math.inf):
@@ -91,6 +103,7 @@ class NormBound:
             raise ValueError(f"{field}.mode must be one of {list(MODES)}, got {mode!r}")
         self.max_update_ratio = float(max_update_ratio)
         self.min_norm_ratio = float(min_norm_ratio)
+        self.max_norm_ratio = float(max_norm_ratio)
         self.window = int(window)
         self.growth = float(growth)
         self.mode = mode
@@ -104,6 +117,7 @@ class NormBound:
     def __repr__(self) -> str:
         args = (
             f"max_update_ratio={self.max_update_ratio:g}, min_norm_ratio={self.min_norm_ratio:g}, "
+            f"max_norm_ratio={self.max_norm_ratio:g}, "
             f"window={self.window}, growth={self.growth:g}, mode={self.mode!r}"
         )
         return f"NormBound({args})"
@@ -147,10 +161,13 @@ class NormBound:
             ``(ok, factor)``: bool ``[E]`` and float64 ``[E]`` (1 where nothing is clipped). In
             ``"reject"`` mode a message over the bound is not ok; in ``"clip"`` mode it is ok with
             ``factor = T ref_t / ||u_e|| < 1``. A zero reference skips the update test (no honest
-            update to compare with); a zero anchor skips the lower test.
+            update to compare with); a zero anchor skips the norm band.
         """
         ok = torch.isfinite(message_norms) & torch.isfinite(update_norms)
-        ok &= (anchor_norms <= 0) | (message_norms >= self.min_norm_ratio * anchor_norms)
+        band = (message_norms >= self.min_norm_ratio * anchor_norms) & (
+            message_norms <= self.max_norm_ratio * anchor_norms
+        )
+        ok &= (anchor_norms <= 0) | band
         ref = self.reference(channel, round_idx, torch.where(ok, update_norms, math.nan))
         factor = torch.ones_like(update_norms)
         if ref > 0:

@@ -55,8 +55,8 @@ def test_sustained_3x_from_the_largest_center_is_held(clean_norm: float) -> None
     """The largest of 60 centers uploads 3x its model in each of 20 rounds. Under the ratio test
     (its honest ratio to the median upload is ~1, so 3 < 5 passes every round) the global model's
     norm grows every round; under the update bound (its update ~2 ||theta|| against a median honest
-    update of a fraction of ||theta||) every one of its 20 uploads is rejected and the norm stays
-    within 2x of the clean run's."""
+    update of a fraction of ||theta||; its norm 3x its round-start model's, above ``H = 2``) every
+    one of its 20 uploads is rejected and the norm stays within 2x of the clean run's."""
     attacked = _fit(_sustained(3.0), NormBound())
     assert attacked.wire.rejected_total() == ROUNDS
     assert _model_norm(attacked) < 2 * clean_norm
@@ -86,7 +86,7 @@ def _send(wire: Wire, messages: list[list[float]], anchors: list[list[float]], r
     """Centers 0..k-1 upload ``messages`` to the server, whose anchors are their round-start rows."""
     wire.start_round(round_idx, {"w": torch.tensor(anchors)})
     src = torch.arange(len(messages))
-    return exchange(wire, {"w": torch.tensor(messages)}, src, torch.full_like(src, SERVER), round_idx)
+    return exchange(wire, {"w": torch.tensor(messages, dtype=torch.float32)}, src, torch.full_like(src, SERVER), round_idx)
 
 
 def test_reference_and_verdict_by_hand() -> None:
@@ -97,7 +97,8 @@ def test_reference_and_verdict_by_hand() -> None:
     of norm 10, 10, 10, 1: ``s_1`` = lower median {1, 10, 10, 10} = 10, and ``ref_1`` = the lower
     median of the window {2, 10} = 2 (under the growth cap 2 * 2), bound 3: the three 10s are
     rejected, the 1 passes. Three attackers of four move ``s_1`` but not ``ref_1``."""
-    wire = Wire(norm_bound=NormBound(max_update_ratio=1.5, min_norm_ratio=0.4, window=5, growth=2.0))
+    bound = NormBound(max_update_ratio=1.5, min_norm_ratio=0.4, max_norm_ratio=math.inf, window=5, growth=2.0)
+    wire = Wire(norm_bound=bound)
     anchors = [[1.0, 0.0]] * 4
     got = _send(wire, [[1, 1], [1, 2], [1, 4], [0.1, 0]], anchors, 0)
     assert got.accepted.tolist() == [True, True, False, False]
@@ -113,7 +114,7 @@ def test_growth_cap_by_hand() -> None:
     5, 5, 5 -> ``s_1`` = 5 capped at 2 * 1 = 2, bound 1.5 * 2 = 3, all three rejected; round 2
     the same -> 4, bound 6, all accepted: the cap slows a shift of every sender, it does not freeze
     the bound."""
-    wire = Wire(norm_bound=NormBound(max_update_ratio=1.5, window=1, growth=2.0))
+    wire = Wire(norm_bound=NormBound(max_update_ratio=1.5, max_norm_ratio=math.inf, window=1, growth=2.0))
     anchors = [[1.0, 0.0]] * 3
     assert _send(wire, [[1, 1]] * 3, anchors, 0).accepted.all()
     assert not _send(wire, [[1, 5]] * 3, anchors, 1).accepted.any()
@@ -126,11 +127,20 @@ def test_clip_shortens_the_update_to_the_bound() -> None:
     """Clip mode, T = 1.5, anchors (1, 0): updates of norm 1, 2, 8 -> ``s`` = 2, bound 3; the third
     message (1, 8) is kept as (1, 0) + (3 / 8) (0, 8) = (1, 3); the others are unchanged, nothing is
     rejected and one message is counted as clipped."""
-    wire = Wire(norm_bound=NormBound(max_update_ratio=1.5, mode="clip"))
+    wire = Wire(norm_bound=NormBound(max_update_ratio=1.5, max_norm_ratio=math.inf, mode="clip"))
     got = _send(wire, [[1, 1], [1, 2], [1, 8]], [[1.0, 0.0]] * 3, 0)
     assert got.accepted.all()
     assert got.received["w"].tolist() == [[1, 1], [1, 2], [1, 3]]
     assert wire.norm_bound.clipped == {0: 1}
+
+
+def test_norm_band_by_hand() -> None:
+    """Anchors (2, 0), band [0.5, 2] x ||a|| = [1, 4], update test out of reach (T large): messages
+    of norm 0, 0.9, 1, 4, 4.1 and a sign flip (-2, 0) of norm 2 -> the first two and the fifth fail
+    the band; the sign flip passes it (its update, norm 4, is for the update test)."""
+    wire = Wire(norm_bound=NormBound(max_update_ratio=1e9))
+    got = _send(wire, [[0, 0], [0.9, 0], [1, 0], [4, 0], [4.1, 0], [-2, 0]], [[2.0, 0.0]] * 6, 0)
+    assert got.accepted.tolist() == [False, False, True, True, False, True]
 
 
 def test_payloads_the_bound_does_not_cover_keep_the_ratio_test() -> None:
@@ -173,6 +183,7 @@ def test_resume_continues_the_window() -> None:
         ({"min_norm_ratio": 1.0}, "min_norm_ratio must be in [0, 1)"),
         ({"window": 0}, "window must be an integer >= 1"),
         ({"growth": 0.5}, "growth must be a finite number >= 1"),
+        ({"max_norm_ratio": 1.0}, "max_norm_ratio must be a number > 1"),
         ({"mode": "drop"}, "mode must be one of ['reject', 'clip']"),
     ],
 )
