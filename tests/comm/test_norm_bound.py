@@ -86,7 +86,9 @@ def _send(wire: Wire, messages: list[list[float]], anchors: list[list[float]], r
     """Centers 0..k-1 upload ``messages`` to the server, whose anchors are their round-start rows."""
     wire.start_round(round_idx, {"w": torch.tensor(anchors)})
     src = torch.arange(len(messages))
-    return exchange(wire, {"w": torch.tensor(messages, dtype=torch.float32)}, src, torch.full_like(src, SERVER), round_idx)
+    return exchange(
+        wire, {"w": torch.tensor(messages, dtype=torch.float32)}, src, torch.full_like(src, SERVER), round_idx
+    )
 
 
 def test_reference_and_verdict_by_hand() -> None:
