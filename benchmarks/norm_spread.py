@@ -17,7 +17,16 @@ Printed per config and reference: the number of messages, min / median / 99th / 
 any honest message is rejected). Fashion-MNIST configs (EdgeDRM, DisPFL, FedSPD) need
 ``/usr/share/datasets/fashion-mnist`` and are skipped with a message when it is absent.
 
-Run: ``python benchmarks/norm_spread.py [--configs configs/fedavg.yaml ...] [--rounds 50]``.
+With ``--update`` the run also carries a :class:`~lightning_fed.comm.norm_bound.NormBound` that
+rejects nothing (``T`` and ``L`` out of reach) and records, for every message it covers, the two
+ratios its defaults are set from: ``upd`` = ``||m_e - a_e|| / ref_t`` (the update over the
+windowed median; an honest maximum below ``T = max_update_ratio`` means no honest rejection) and
+``low`` = ``||m_e|| / ||a_e||`` (an honest minimum above ``L = min_norm_ratio``), per channel
+(``server``: uploads, ``centers``: what centers receive). A ``{scale: X}`` attacker's update is about
+``|X - 1| ||a_e||``, so it is caught when ``|X - 1| ||a_e|| > T ref_t``; the ``a/ref`` column
+prints the smallest ``||a_e|| / ref_t`` (the smallest ``|X - 1|`` caught is ``T`` over it).
+
+Run: ``python benchmarks/norm_spread.py [--configs configs/fedavg.yaml ...] [--rounds 50] [--update]``.
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.comm import Wire
+from lightning_fed.comm import NormBound, Wire
 
 CONFIGS = (
     "configs/fedavg.yaml",
@@ -84,12 +93,34 @@ class RecordingWire(Wire):
         self.ratios: dict[str, list[Tensor]] = defaultdict(list)
         self.rounds: dict[str, list[Tensor]] = defaultdict(list)
 
-    def accept(self, received: dict[str, Tensor], own: dict[str, Tensor] | None, round_idx: int) -> Tensor:
+    def accept(
+        self, received: dict[str, Tensor], own: dict[str, Tensor] | None, round_idx: int, **edges: Tensor
+    ) -> Tensor:
         kind = "median" if own is None else "own"
         rho = self.norm_ratios(received, own)
         self.ratios[kind].append(rho)
         self.rounds[kind].append(torch.full_like(rho, round_idx))
-        return super().accept(received, own, round_idx)
+        return super().accept(received, own, round_idx, **edges)
+
+
+class RecordingBound(NormBound):
+    """A :class:`NormBound` that passes every finite message and records, per channel, the update
+    ratio ``||u_e|| / ref_t``, the norm ratio ``||m_e|| / ||a_e||`` and ``||a_e|| / ref_t``."""
+
+    def __init__(self) -> None:
+        super().__init__(max_update_ratio=1e300, min_norm_ratio=0.0, max_norm_ratio=math.inf)
+        self.records: dict[str, list[Tensor]] = defaultdict(list)
+
+    def verdict(
+        self, channel: str, round_idx: int, message_norms: Tensor, update_norms: Tensor, anchor_norms: Tensor
+    ) -> tuple[Tensor, Tensor]:
+        out = super().verdict(channel, round_idx, message_norms, update_norms, anchor_norms)
+        ref = self.refs[channel][round_idx]
+        rounds = torch.full_like(update_norms, round_idx)
+        self.records[f"upd-{channel}"].append(torch.stack([update_norms / ref, rounds]))
+        self.records[f"low-{channel}"].append(torch.stack([message_norms / anchor_norms, rounds]))
+        self.records[f"a/ref-{channel}"].append(torch.stack([anchor_norms / ref, rounds]))
+        return out
 
 
 def spread(rho: Tensor, rounds: Tensor) -> dict[str, float]:
@@ -113,23 +144,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
     parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--update", action="store_true", help="also record the update bound's ratios")
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
-    header = f"{'config':28s} {'ref':6s} {'msgs':>8s} {'min':>7s} {'p50':>7s} {'p99':>7s} {'p99.9':>7s}"
+    header = f"{'config':28s} {'ref':14s} {'msgs':>8s} {'min':>7s} {'p50':>7s} {'p99':>7s} {'p99.9':>7s}"
     print(f"{header} {'max':>7s} {'@round':>6s} {'10*min':>7s} {'s':>6s}", flush=True)
     for config in args.configs:
         if "FashionMNIST" in Path(config).read_text() and not FMNIST.is_dir():
             print(f"{config:28s} skipped: Fashion-MNIST not found at {FMNIST}", flush=True)
             continue
         t0 = time.perf_counter()
-        fed = build_federation(config, args.rounds, {"wire_cls": RecordingWire, "max_norm_ratio": math.inf})
+        bound = RecordingBound() if args.update else None
+        kwargs = {"wire_cls": RecordingWire, "max_norm_ratio": math.inf, "norm_bound": bound}
+        fed = build_federation(config, args.rounds, kwargs)
         fed.fit()
         wire = fed.wire
+        for kind, parts in sorted({} if bound is None else bound.records.items()):
+            both = torch.cat(parts, dim=1)
+            wire.ratios[kind], wire.rounds[kind] = [both[0]], [both[1]]
         for kind in sorted(wire.ratios):
             s = spread(torch.cat(wire.ratios[kind]), torch.cat(wire.rounds[kind]))
             print(
-                f"{Path(config).stem:28s} {kind:6s} {s['n']:>8d} {s['min']:>7.3f} {s['p50']:>7.3f} "
+                f"{Path(config).stem:28s} {kind:14s} {s['n']:>8d} {s['min']:>7.3f} {s['p50']:>7.3f} "
                 f"{s['p99']:>7.3f} {s['p99.9']:>7.3f} {s['max']:>7.3f} {s['round']:>6d} "
                 f"{10 * s['min']:>7.2f} {time.perf_counter() - t0:>6.0f}",
                 flush=True,

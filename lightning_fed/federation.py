@@ -183,6 +183,7 @@ class Federation:
         self.module.to(self.fabric.device, self.dtype)
         if self.wire.faults is not None:
             self.wire.faults.check(self.data.num_centers)
+            self.wire.faults.bind(self.seed, torch.tensor([c.n_train for c in self.data.centers]))
         self.algorithm.setup(self.data, self.module, self.seed)
         groups = self.algorithm.train_groups(self.data)
         sampling = getattr(self.trainer, "centers_per_round", None)
@@ -224,6 +225,9 @@ class Federation:
                 processes=self.fabric.world_size // max(1, getattr(self.fabric.strategy, "num_nodes", 1)),
             )
         )
+        self._check_label_flips()
+        #: Centers whose training labels are flipped now (``label_flip`` attacks, :meth:`_flip_labels`).
+        self.flipped: set[int] = set()
         self.val = EvalSet.from_splits([(c.x_val, c.y_val) for c in self.data.centers], self.dtype)
         self.test = EvalSet.from_splits([(c.x_test, c.y_test) for c in self.data.centers], self.dtype)
         # What the observers need of the loop, asked once through the public hook call (the
@@ -238,6 +242,29 @@ class Federation:
                 {n: p[:1] for n, p in self.center_params().items()}, self.val.x[:1, :2]
             )
             self.metrics.check(probe.shape[2] if probe.dim() == 3 else 2)
+
+    def _check_label_flips(self) -> None:
+        """A ``label_flip`` attack needs one model per center and binary labels (a one-line error)."""
+        faults = self.wire.faults
+        flips = [] if faults is None else [k for k, a in enumerate(faults.attacks) if a.kind == "label_flip"]
+        if not flips:
+            return
+        field = f"wire.faults.attacks[{flips[0]}]"
+        if not torch.equal(self.assignment, torch.arange(self.data.num_centers)):
+            raise ValueError(f"{field}: label_flip needs one model per center; this algorithm pools centers")
+        labels = torch.cat([c.y_train.reshape(-1) for c in self.data.centers])
+        if not bool(((labels == 0) | (labels == 1)).all()):
+            raise ValueError(
+                f"{field}: label_flip flips binary labels (y -> 1 - y); these labels are not 0/1"
+            )
+
+    def _flip_labels(self, r: int) -> None:
+        """Before round ``r``'s training: flip the labels of the centers whose ``label_flip`` attack
+        starts or ends (the engine holds the flipped labels of :attr:`flipped`)."""
+        want = self.wire.faults.flipped(r) if self.wire.faults is not None else set()
+        if want != self.flipped:
+            self.engine.flip_labels(want ^ self.flipped)
+            self.flipped = want
 
     @property
     def mixed_precision(self) -> bool:
@@ -412,6 +439,9 @@ class Federation:
         t0 = time.perf_counter()
         ctx = RoundContext(round=r, seed=self.seed, val_utility=self.val_utility, rounds=self.trainer.rounds)
         self.algorithm.start_round(ctx, self.engine, self.wire)
+        self._flip_labels(r)
+        if self.wire.norm_bound is not None:  # the update bound's anchors: the round-start models
+            self.wire.start_round(r, self.engine.get_params())
         losses = self._train(r)
         t1 = time.perf_counter()
         params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
@@ -485,6 +515,7 @@ class Federation:
         (and, with client sampling, the sampled centers)."""
         diverged = getattr(self.engine, "last_diverged", None)
         n_diverged = int(diverged.sum()) if diverged is not None else 0
+        bound = self.wire.norm_bound
         self.diverged_total += n_diverged
         sampled = self.participants(r)
         return {
@@ -492,6 +523,7 @@ class Federation:
             "rejected_payloads": self.wire.rejected_in(r),
             "diverged_centers": n_diverged,
             **({} if sampled is None else {"sampled_centers": int(sampled.sum())}),
+            **({} if bound is None else {"clipped_payloads": bound.clipped.get(r, 0)}),
         }
 
     @staticmethod
@@ -604,6 +636,9 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
+            **(
+                {} if (nb := self.wire.norm_bound) is None else {"clipped_payloads": sum(nb.clipped.values())}
+            ),
             **({} if self.pooled else run_isolation(by_round, self._participation())),
             **self.algorithm.summary_stats(),
             **self.summary_extras,
@@ -693,6 +728,7 @@ class Federation:
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
             "faults": {"rejected": dict(self.wire.rejected), "diverged": self.diverged_total},
+            **({"norm_bound": self.wire.norm_bound.state_dict()} if self.wire.norm_bound is not None else {}),
             "wall_seconds": self.wall_seconds,
         }
 
@@ -707,4 +743,6 @@ class Federation:
         faults = state.get("faults", {})
         self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}
         self.diverged_total = int(faults.get("diverged", 0))
+        if self.wire.norm_bound is not None and "norm_bound" in state:
+            self.wire.norm_bound.load_state_dict(state["norm_bound"])
         self._wall_before = float(state.get("wall_seconds", 0.0))

@@ -139,7 +139,12 @@ def wire_from(init: Any) -> Any:
     """The :class:`~lightning_fed.comm.Wire` of an instantiated config (a fresh ledger each call)."""
     from lightning_fed.comm import Wire
 
-    return Wire(hook=init.wire.hook, faults=init.wire.faults, max_norm_ratio=init.wire.max_norm_ratio)
+    return Wire(
+        hook=init.wire.hook,
+        faults=init.wire.faults,
+        max_norm_ratio=init.wire.max_norm_ratio,
+        norm_bound=init.wire.get("norm_bound"),
+    )
 
 
 class FitParser(ArgumentParser):
@@ -182,7 +187,7 @@ def fit_parser() -> Any:
 
     from lightning_fed.algorithms import Algorithm, FedAvg
     from lightning_fed.callbacks import Callback
-    from lightning_fed.comm import CommHook, FaultInjection
+    from lightning_fed.comm import CommHook, FaultInjection, NormBound
     from lightning_fed.comm.wire import MAX_NORM_RATIO
     from lightning_fed.config import FabricConfig, LoggerConfig, OutputConfig
     from lightning_fed.data import DataSource, SyntheticICU
@@ -239,6 +244,14 @@ def fit_parser() -> Any:
         default=MAX_NORM_RATIO,
         help="reject a received message whose norm exceeds this times its reference (the receiver's own "
         "norm; the server: the median upload norm); honest ratios of the shipped configs stay within 0.6-1.7",
+    )
+    parser.add_subclass_arguments(
+        NormBound,
+        "wire.norm_bound",
+        default=None,
+        required=False,
+        help="bound each message's update (message minus the round-start model) by a windowed median of "
+        "the round's update norms: lightning_fed.comm.NormBound (default: null, the ratio test only)",
     )
     # Deprecated aliases (one release): folded into wire.* by FitParser.parse_args.
     parser.add_subclass_arguments(

@@ -244,6 +244,7 @@ class DisPFL(PeerAlgorithm):
             own=rows(values, dst),
             checked=lambda r: {n: r[n] for n in self.shared_names},
             valid=self._well_formed,
+            anchored=False,
         )
         dense_w, dense_m = {}, {}
         for n in self.shared_names:

@@ -300,6 +300,7 @@ class FedSPD(PeerAlgorithm):
             own=rows(flat, dst * s + cluster),
             checked=lambda r: {n: r[n] for n in flat},
             valid=lambda r: (torch.isfinite(r[MEMBERSHIP]) & (r[MEMBERSHIP] > 0)).reshape(-1),
+            anchored=False,
         )
         kept = cluster[got.accepted] if len(cluster) else cluster
         received = {n: got.received[n] for n in flat}

@@ -59,6 +59,7 @@ def exchange(
     own: dict[str, Tensor] | None = None,
     checked: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None,
     valid: Callable[[dict[str, Tensor]], Tensor] | None = None,
+    anchored: bool = True,
 ) -> Delivery:
     """Send ``payload[e]`` from ``src[e]`` to ``dst[e]``, validate at the receivers, keep the accepted.
 
@@ -78,6 +79,9 @@ def exchange(
             values of a payload that also carries masks.
         valid: A further receiver-side test, bool ``[E]`` on the decoded payload (e.g. well-formed
             masks); a message failing it is dropped too but is not counted as a wire rejection.
+        anchored: Whether the wire's update bound (``wire.norm_bound``) may check these messages
+            against the round-start models (False: the ratio test only, for payloads that are not
+            dense shared parameters, e.g. DisPFL's masked values).
 
     Returns:
         The :class:`Delivery` of the accepted messages.
@@ -86,7 +90,11 @@ def exchange(
     if not len(src):
         return Delivery({n: t[:0] for n, t in payload.items()}, src, dst, torch.zeros(0, dtype=torch.bool))
     received = wire.send(payload, src, dst, round_idx)
-    accepted = wire.accept(received if checked is None else checked(received), own, round_idx)
+    view = received if checked is None else checked(received)
+    edges = {"src": src, "dst": dst} if anchored and wire.norm_bound is not None else {}
+    accepted = wire.accept(view, own, round_idx, **edges)
+    if wire.norm_bound is not None and wire.norm_bound.mode == "clip":
+        received = {**received, **wire.clip(view, src, dst)}
     if valid is not None:
         accepted = accepted & valid(received).cpu()
     if not bool(accepted.all()):

@@ -11,6 +11,12 @@ that holds a NaN/Inf or whose L2 norm (over all its tensors) exceeds ``max_norm_
 shared-parameter norm, or, for the FedAvg server (no model of its own), the median norm of the
 uploads it received. A rejected message's bytes stay on the ledger (they were sent); the rejection
 is counted per round.
+
+With a :class:`~lightning_fed.comm.norm_bound.NormBound` (``wire.norm_bound``) the ratio test is
+replaced, for every message made of the senders' shared parameters, by a bound on the *update*
+(the message minus the round-start model it should be near) against a windowed median of the
+round's update norms, which an accepted message cannot ratchet; messages of other kinds (codes,
+descriptors, sparse values) keep the ratio test.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from torch import Tensor
 
 from lightning_fed.comm.faults import FaultInjection
 from lightning_fed.comm.hooks import CommHook, IdentityHook
-from lightning_fed.comm.ledger import Ledger
+from lightning_fed.comm.ledger import SERVER, Ledger
+from lightning_fed.comm.norm_bound import NormBound
 from lightning_fed.comm.sampling import CenterSampler
 
 __all__ = ["MAX_NORM_RATIO", "Wire", "message_norms"]
@@ -69,6 +76,8 @@ class Wire:
         faults: The fault plan (none by default: every center is always available).
         max_norm_ratio: ``T``: a received message whose norm exceeds ``T`` times its reference is
             rejected (``> 0``; ``math.inf`` keeps only the NaN/Inf test).
+        norm_bound: The update bound (:class:`~lightning_fed.comm.norm_bound.NormBound`); None (the
+            default, the behaviour of before it existed) keeps the ratio test for every message.
 
     Raises:
         ValueError: When ``max_norm_ratio`` is not ``> 0``.
@@ -80,6 +89,7 @@ class Wire:
         ledger: Ledger | None = None,
         faults: FaultInjection | None = None,
         max_norm_ratio: float = MAX_NORM_RATIO,
+        norm_bound: NormBound | None = None,
     ) -> None:
         if not max_norm_ratio > 0:
             raise ValueError(f"wire.max_norm_ratio must be > 0, got {max_norm_ratio}")
@@ -87,11 +97,22 @@ class Wire:
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults
         self.max_norm_ratio = float(max_norm_ratio)
+        self.norm_bound = norm_bound
         #: Rejected messages per round.
         self.rejected: dict[int, int] = {}
         #: Client sampling (``trainer.centers_per_round``; the federation installs it): None, every
         #: reachable center takes part in every round.
         self.sampler: CenterSampler | None = None
+
+        #: Every center's shared parameters at the start of the round (:meth:`start_round`).
+        self.start: dict[str, Tensor] = {}
+        self._factor: Tensor | None = None
+
+    def start_round(self, round_idx: int, params: dict[str, Tensor]) -> None:
+        """Record every center's parameters ``{name: [C, ...]}`` before ``round_idx``'s local training:
+        the anchors of the update bound (kept only with a :attr:`norm_bound`; a detached copy)."""
+        if self.norm_bound is not None:
+            self.start = {n: t.detach().clone() for n, t in params.items()}
 
     def reachable(self, round_idx: int, num_centers: int) -> Tensor:
         """Bool ``[num_centers]``: which centers the fault plan leaves online in ``round_idx``."""
@@ -159,23 +180,89 @@ class Wire:
         norms, ref = self.norms_and_reference(received, own)
         return norms / ref
 
-    def accept(self, received: dict[str, Tensor], own: dict[str, Tensor] | None, round_idx: int) -> Tensor:
+    def accept(
+        self,
+        received: dict[str, Tensor],
+        own: dict[str, Tensor] | None,
+        round_idx: int,
+        src: Tensor | None = None,
+        dst: Tensor | None = None,
+    ) -> Tensor:
         """Receiver-side validation: bool ``[E]``, True for messages the receiver may use.
 
-        Message ``e`` is accepted iff ``||r_e||`` is finite and ``||r_e|| <= max_norm_ratio * ref_e``
+        Ratio test (no :attr:`norm_bound`, or a message the bound does not cover): message ``e`` is
+        accepted iff ``||r_e||`` is finite and ``||r_e|| <= max_norm_ratio * ref_e``
         (:meth:`norms_and_reference`: the receiver's own shared-parameter norm, or, for a receiver
         with no parameters of its own (the server, ``own=None``), the median norm of the messages it
-        received this round). A zero or non-finite reference skips the norm test. Rejections are
-        added to :attr:`rejected` for ``round_idx``.
+        received this round). A zero or non-finite reference skips the norm test.
+
+        Update bound (a :attr:`norm_bound`, senders ``src`` and receivers ``dst`` given, and
+        ``received`` made of shared tensors recorded by :meth:`start_round`): the
+        :class:`~lightning_fed.comm.norm_bound.NormBound` verdict on ``||r_e - a_e||`` and
+        ``||r_e||`` (:meth:`anchors`); in clip mode the accepted over-long updates are shortened by
+        :meth:`clip`, which :func:`~lightning_fed.comm.exchange.exchange` calls next.
+
+        Rejections are added to :attr:`rejected` for ``round_idx``.
         """
-        norms, ref = self.norms_and_reference(received, own)
-        ok = torch.isfinite(norms)
-        check = torch.isfinite(ref) & (ref > 0)
-        ok &= ~check | (norms <= self.max_norm_ratio * ref)
+        self._factor: Tensor | None = None
+        anchors = self.anchors(received, src, dst)
+        if anchors is None:
+            norms, ref = self.norms_and_reference(received, own)
+            ok = torch.isfinite(norms)
+            check = torch.isfinite(ref) & (ref > 0)
+            ok &= ~check | (norms <= self.max_norm_ratio * ref)
+        else:
+            norms = torch.broadcast_to(message_norms(received), (len(src),))
+            update = message_norms({n: received[n] - anchors[n] for n in received})
+            channel = "server" if bool((dst == SERVER).all()) else "centers"
+            ok, factor = self.norm_bound.verdict(channel, round_idx, norms, update, message_norms(anchors))
+            if any(t.shape[0] != len(src) for t in received.values()):
+                ok &= factor >= 1  # a broadcast is not clipped per receiver: rejected where it fails
+            elif bool((factor < 1).any()):
+                self._factor = factor
         bad = int((~ok).sum())
         if bad:
             self.rejected[round_idx] = self.rejected.get(round_idx, 0) + bad
         return ok
+
+    def anchors(
+        self, received: dict[str, Tensor], src: Tensor | None, dst: Tensor | None
+    ) -> dict[str, Tensor] | None:
+        """The round-start model ``a_e`` each message is checked against, or None where the update
+        bound does not apply.
+
+        ``a_e`` is the receiver's own round-start shared parameters, or, for the server, the
+        sender's (:meth:`start_round`). None without a :attr:`norm_bound`, without ``src`` and
+        ``dst``, or when a tensor of ``received`` is not a recorded shared tensor of the same shape.
+        """
+        if self.norm_bound is None or src is None or dst is None or not self.start:
+            return None
+        src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
+        for n, t in received.items():
+            start = self.start.get(n)
+            if start is None or tuple(start.shape[1:]) != tuple(t.shape[1:]) or not t.is_floating_point():
+                return None
+        owner = torch.where(dst == SERVER, src, dst)
+        if bool((owner < 0).any()) or int(owner.max()) >= len(next(iter(self.start.values()))):
+            return None
+        return {n: self.start[n].index_select(0, owner.to(self.start[n].device)) for n in received}
+
+    def clip(self, received: dict[str, Tensor], src: Tensor, dst: Tensor) -> dict[str, Tensor]:
+        """``received`` with the updates the last :meth:`accept` found over the bound shortened,
+        ``a_e + factor_e (r_e - a_e)`` (clip mode; unchanged otherwise). A broadcast (one row for
+        several receivers) is left whole."""
+        factor, self._factor = self._factor, None
+        if factor is None:
+            return received
+        anchors = self.anchors(received, src, dst)
+        out = dict(received)
+        for n, t in received.items():
+            if t.shape[0] != len(factor) or anchors is None:
+                continue
+            a = anchors[n].to(t.dtype)
+            f = factor.to(t.device, t.dtype).view(-1, *([1] * (t.dim() - 1)))
+            out[n] = a + f * (t - a)
+        return out
 
     def rejected_in(self, round_idx: int) -> int:
         """Messages rejected by their receivers in ``round_idx``."""

@@ -104,6 +104,10 @@ class ShardedEngine(Engine):
     def _gather(self, local: Tensor) -> Tensor:
         return gather_rows(self.fabric, local, self.counts, self.timer)
 
+    def flip_labels(self, centers: set[int]) -> None:
+        """This process's shard flips the labels of those of ``centers`` it holds."""
+        self.inner.flip_labels(centers)
+
     def train_round(self, round_idx: int) -> Tensor:
         """Train this rank's shard, then gather every shard's parameters, losses and divergence flags.
 

@@ -143,6 +143,18 @@ class Engine(ABC):
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         """Engine-specific state: stacked or per-center parameters, optimizer states, data layout."""
 
+    def flip_labels(self, centers: set[int]) -> None:
+        """Flip the binary training labels ``y -> 1 - y`` of the models of ``centers`` (global center
+        ids, :attr:`center_ids`; a ``label_flip`` attack, :mod:`lightning_fed.comm.faults`). Flipping
+        twice restores them."""
+        for m, c in enumerate(self.center_ids.tolist()):
+            if c in centers:
+                self._flip_model(m)
+
+    def _flip_model(self, model: int) -> None:
+        """Flip model ``model``'s training labels in place (each engine's data layout)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot flip labels (a label_flip attack)")
+
     @abstractmethod
     def train_round(self, round_idx: int) -> Tensor:
         """Run the local epochs of round ``round_idx``; returns each model's mean batch loss ``[C]``.

@@ -488,6 +488,12 @@ class PackedEngine(Engine):
         """The mean number of centers a step trains (the prefix schedule's ``k_t`` averaged over steps)."""
         return sum(self.active) / max(1, len(self.active))
 
+    def _flip_model(self, model: int) -> None:
+        p = int(self.inverse[model])
+        lo = int(self.offsets[p])
+        rows = slice(lo, lo + int(self.sizes[p]))
+        self.y[rows] = 1 - self.y[rows]
+
     def train_round(self, round_idx: int) -> Tensor:
         # The round's rate (the same for every center, so a shard agrees with the whole) and, if
         # asked, a fresh optimizer state; both before the snapshot a diverged center returns to.

@@ -74,6 +74,10 @@ class SequentialEngine(Engine):
     #: Bool ``[C]``: centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
 
+    def _flip_model(self, model: int) -> None:
+        x, y = self.data[model]
+        self.data[model] = (x, 1 - y)
+
     def train_round(self, round_idx: int) -> Tensor:
         losses = torch.zeros(self.num_models, dtype=torch.float64)
         self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)

@@ -82,6 +82,7 @@ ADDED_LATER: dict[str, Any] = {
     "data.init_args.off_concept": 0.0,  # TeacherICU without off-concept centers (issue 30)
     "algorithm.init_args.selector.init_args.acceptance.init_args.model_posterior": False,  # (issue 30)
     "trainer.centers_per_round": None,  # None: every reachable center every round (issue 34)
+    "wire.norm_bound": None,  # None: the ratio test only (issue 32)
 }
 
 

@@ -173,8 +173,6 @@ def test_scale_corruption_multiplies_floating_tensors_only() -> None:
 @pytest.mark.parametrize(
     ("kind", "message"),
     [
-        ({"scale": 0}, r"^faults\.corrupt\[4\]\[2\]\.scale must be > 0, got 0$"),
-        ({"scale": -3.0}, r"^faults\.corrupt\[4\]\[2\]\.scale must be > 0, got -3\.0$"),
         ({"scale": float("inf")}, r"^faults\.corrupt\[4\]\[2\]\.scale must be finite"),
         ({"scale": "big"}, r"^faults\.corrupt\[4\]\[2\]\.scale must be a number, got 'big'$"),
         ({"scale": True}, r"^faults\.corrupt\[4\]\[2\]\.scale must be a number"),
@@ -188,6 +186,13 @@ def test_scale_corruption_multiplies_floating_tensors_only() -> None:
 def test_scale_validation_names_the_field(kind: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         FaultInjection(corrupt={4: {2: kind}})
+
+
+@pytest.mark.parametrize("scale", [0, -1, -3.0])
+def test_any_finite_scale_is_a_corruption(scale: float) -> None:
+    """A sign flip (``-1``), a zero message (``0``) and any other finite scale can be configured
+    (issue 32: they were refused as ``> 0``)."""
+    assert FaultInjection(corrupt={4: {2: {"scale": scale}}}).corruptions(4) == {2: float(scale)}
 
 
 @pytest.mark.cli
