@@ -303,42 +303,10 @@ def refer_frames(
     return result
 
 
-def refer(
-    run_dir: str | Path,
-    module: nn.Module,
-    params: dict[str, Tensor],
-    data: FederatedData,
-    graph: Any,
-    potentials: Potentials,
-    seed: int,
-    max_hops: int = 2,
-    eta: float = 0.0,
-    routers: Sequence[Router] | None = None,
-    rules: Sequence[PredictionRule] | None = None,
-    batch_size: int = 1024,
-    device: torch.device | None = None,
-    write: bool = True,
-    queries: Queries | None = None,
-) -> pl.DataFrame:
-    """The referral table of :func:`refer_frames` (same arguments); with ``write``, the table, its
-    per-query rows and the routing picture are written to ``run_dir``."""
-    return refer_frames(
-        run_dir,
-        module,
-        params,
-        data,
-        graph,
-        potentials,
-        seed,
-        max_hops=max_hops,
-        eta=eta,
-        routers=routers,
-        rules=rules,
-        batch_size=batch_size,
-        device=device,
-        write=write,
-        queries=queries,
-    ).table
+def refer(*args: Any, **kwargs: Any) -> pl.DataFrame:
+    """The referral table of :func:`refer_frames` (the same arguments); with ``write`` (the
+    default), the table, its per-query rows and the routing picture are written to ``run_dir``."""
+    return refer_frames(*args, **kwargs).table
 
 
 def referral_header(
