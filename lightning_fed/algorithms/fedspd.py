@@ -51,6 +51,37 @@ as before. The count rides along because the receivers weight by it. (Section re
 al. are from the UAI 2025 version as recalled; that paper is not in this repository. The EdgeDRM
 paper's description and budgets are its Sec. 5.1 and App. D.1-D.2.)
 
+The authors' protocol (``schedule="rotating"``, ``weighting="uniform"``, ``init="data_split"``;
+read from their released code, the UAI submission's ``src/main.py``, ``train.py`` and ``utils.py``):
+
+* **One cluster per client and round.** In the first round every client trains every cluster. In
+  each later round the clients are split at random into ``S`` groups and group ``s`` trains, sends
+  and averages only cluster ``s``, so a client sends one cluster model per edge and round, to the
+  neighbours of its own group. The authors draw ``floor(C / S)`` clients per group and leave the
+  remainder out of the round; here the ``k``-th client of a seeded order joins group ``k mod S``,
+  so every client trains every round (:meth:`FedSPD.groups`).
+* **Group-uniform averaging.** A receiver averages cluster ``s`` uniformly over itself and the
+  accepted same-group neighbours that sent it, ``theta_is <- (theta_is + sum_j theta_js) /
+  (1 + |A_is|)``, not by row counts. The count still travels (the ledger books ``|W| + 1``), so the
+  two weightings cost the same bytes.
+* **Data-split initialization.** The first assignment is a seeded equal split of each client's
+  training rows over the ``S`` clusters, not the E-step of the init. The authors mix the two halves
+  of a client's index list in different proportions per cluster, which relies on their data
+  ordering (unrotated, then rotated images); here the rows are in partition order, so the split
+  is uniform. Their cluster models start from independent random inits per client. Here they
+  start from the shared init of ``init_noise`` (below), which keeps cluster ``s`` the same cluster
+  at every client without their alignment step.
+* **Left out:** their E-step moves rows so that each cluster keeps at least 10 rows and no
+  batch has a single row. Their periodic ``checkCluster`` permutes every client's clusters to
+  match a running average over all clients (a Hungarian assignment on cosine similarity), which
+  needs a view of every client and is not decentralized. Their final phase fine-tunes the mixture
+  for ``ft_ep`` epochs at half the rate, decayed every 3 epochs; here it is ``final_steps`` steps at
+  the base rate (EdgeDRM App. D.2's 5).
+
+The defaults are the earlier superset (every cluster with rows travels, count-weighted), so runs made
+before these options exist keep their numbers; the EdgeDRM benchmark configs use the authors'
+protocol.
+
 Initialization (``init_noise``). All clusters start from the common initialization ``theta_0``
 plus a seeded perturbation ``init_noise * rms(theta_0) * eps_s`` per parameter tensor, shared by all
 clients (``eps_s`` from ``(seed, "fedspd-init", s)``) so cluster ``s`` means the same thing
@@ -102,11 +133,24 @@ from lightning_fed.validation import check_int, check_number
 
 __all__ = ["FedSPD"]
 
+#: Guard of a client's loss share when it trains no cluster this round.
+_TINY = 1e-300
+
 #: Payload key of the count ``m_js`` that travels with each cluster model.
 MEMBERSHIP = "_membership"
 
 #: The E-step rules: the paper's argmin-loss assignment and the softmax relaxation.
 ASSIGNMENTS = ("hard", "soft")
+
+#: Which cluster models a client trains and sends each round: every one it has rows of, or the
+#: authors' one cluster per client and round (module docstring, "The authors' protocol").
+SCHEDULES = ("data", "rotating")
+
+#: How a receiver averages a cluster: by the senders' row counts, or uniformly (the authors' code).
+WEIGHTINGS = ("counts", "uniform")
+
+#: The first assignment: argmin loss of the perturbed common init, or a seeded split of the rows.
+INITS = ("perturb", "data_split")
 
 
 class FedSPD(PeerAlgorithm):
@@ -127,6 +171,12 @@ class FedSPD(PeerAlgorithm):
         init_noise: Cluster ``s`` starts at ``theta_0 + init_noise * rms(theta_0) * eps_s`` per
             parameter tensor, ``eps_s ~ N(0, I)`` seeded by ``(seed, "fedspd-init", s)``.
         eval_batch_size: Rows per forward call of the E-step.
+        schedule: ``"data"`` (default): every cluster a client has rows of trains and travels each
+            round; ``"rotating"``: the authors' one cluster per client and round (module docstring).
+        weighting: ``"counts"`` (default): receivers average a cluster by the senders' row counts;
+            ``"uniform"``: by the number of senders, the receiver included (the authors' code).
+        init: ``"perturb"`` (default): the first assignment is the E-step on the perturbed common
+            init; ``"data_split"``: a seeded equal split of every client's rows (the authors' code).
         selector: Who exchanges cluster models with whom (default ``GraphNeighbours(topology)``;
             any :class:`~lightning_fed.selection.PartnerSelector`); exclusive with ``topology``.
     """
@@ -144,6 +194,9 @@ class FedSPD(PeerAlgorithm):
         init_noise: float = 1e-3,
         eval_batch_size: int = 1024,
         selector: PartnerSelector | None = None,
+        schedule: str = "data",
+        weighting: str = "counts",
+        init: str = "perturb",
     ) -> None:
         super().__init__(topology, selector, 0)
         self.num_clusters = check_int("algorithm.num_clusters", num_clusters, 1)
@@ -157,6 +210,15 @@ class FedSPD(PeerAlgorithm):
         self.temperature = check_number("algorithm.temperature", temperature, 0.0, strict=True)
         self.init_noise = check_number("algorithm.init_noise", init_noise, 0.0, strict=False)
         self.eval_batch_size = check_int("algorithm.eval_batch_size", eval_batch_size, 1)
+        for key, value, allowed in (
+            ("schedule", schedule, SCHEDULES),
+            ("weighting", weighting, WEIGHTINGS),
+            ("init", init, INITS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"algorithm.{key} must be one of {list(allowed)}, got {value!r}")
+        self.schedule, self.weighting, self.init = schedule, weighting, init
+        self.started = False
         self._round: dict[str, float] = {}
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
@@ -210,6 +272,32 @@ class FedSPD(PeerAlgorithm):
             )[0]
             for i, (x, y) in enumerate(self.rows)
         ]
+
+    def split_memberships(self) -> list[Tensor]:
+        """The authors' data-split start: client ``i``'s rows in a seeded order (``(seed,
+        "fedspd-split", i)``), row ``k`` of that order to cluster ``k mod S``; one-hot ``[n_i, S]``."""
+        out = []
+        for i, (_, y) in enumerate(self.rows):
+            order = torch.randperm(len(y), generator=torch_generator(self.seed, "fedspd-split", i))
+            gamma = torch.zeros(len(y), self.num_clusters, dtype=torch.float64)
+            gamma[order, torch.arange(len(y)) % self.num_clusters] = 1.0
+            out.append(gamma)
+        return out
+
+    def groups(self, round_idx: int, first: bool) -> Tensor:
+        """``[C, S]`` bool: which cluster each client trains, sends and receives this round.
+
+        ``schedule="data"`` and the first round of ``"rotating"``: every cluster. Later rounds of
+        ``"rotating"``: clients in a seeded order (``(seed, "fedspd-groups", round)``), the ``k``-th
+        to cluster ``k mod S``, so the groups differ in size by at most one client.
+        """
+        c, s = self.num_centers, self.num_clusters
+        if self.schedule == "data" or first:
+            return torch.ones(c, s, dtype=torch.bool)
+        order = torch.randperm(c, generator=torch_generator(self.seed, "fedspd-groups", round_idx))
+        out = torch.zeros(c, s, dtype=torch.bool)
+        out[order, torch.arange(c) % s] = True
+        return out
 
     def m_step(self, gamma: list[Tensor], round_idx: int, lr_factor: float = 1.0) -> Tensor:
         """``local_steps`` updates with the model's optimizer of every cluster model with rows (in place).
@@ -274,9 +362,20 @@ class FedSPD(PeerAlgorithm):
         )
         return idx, x, y, mask
 
-    def exchange(self, weight: Tensor, wire: Wire, round_idx: int) -> None:
+    def exchange(
+        self,
+        weight: Tensor,
+        wire: Wire,
+        round_idx: int,
+        own_weight: Tensor | None = None,
+        receives: Tensor | None = None,
+    ) -> None:
         """Send ``(theta_js, m_js)`` for every cluster ``s`` with ``m_js > 0`` along every available
         directed edge ``j -> i``; per-cluster count-weighted average (module docstring, step 3).
+
+        ``own_weight`` (default ``weight``) is the receiver's own weight in its average, and
+        ``receives`` (``[C, S]`` bool, default all) limits each cluster's messages to the receivers
+        that hold it this round (``schedule="rotating"``: the sender's own group).
 
         The norm test compares each received cluster model with the receiver's own model of that
         cluster; the count is checked separately (finite and positive): counts scale with the
@@ -287,6 +386,9 @@ class FedSPD(PeerAlgorithm):
         has = (weight > 0).cpu()
         edge, cluster = torch.nonzero(has.index_select(0, src_e.to(torch.int64)), as_tuple=True)
         src, dst = src_e.to(torch.int64)[edge], dst_e.to(torch.int64)[edge]
+        if receives is not None and len(dst):
+            keep = receives.cpu()[dst, cluster]
+            src, dst, cluster = src[keep], dst[keep], cluster[keep]
         flat = self._flat()
         payload = rows(flat, src * s + cluster)
         payload[MEMBERSHIP] = weight.reshape(-1).index_select(0, (src * s + cluster).to(weight.device))
@@ -307,7 +409,8 @@ class FedSPD(PeerAlgorithm):
         received_weight = got.received[MEMBERSHIP].reshape(-1).to(weight)
         self._round["mean_neighbours"] = len(torch.unique(got.src * c + got.dst)) / c if len(got.src) else 0.0
         self._round["sent_cluster_models"] = float(len(src))
-        self.clusters = cluster_average(self.clusters, weight, received, received_weight, got.dst, kept)
+        own = weight if own_weight is None else own_weight
+        self.clusters = cluster_average(self.clusters, own, received, received_weight, got.dst, kept)
 
     def train_round(self, engine: Engine, round_idx: int) -> Tensor:
         """E-step and M-step on every client (module docstring, steps 1-2); the engine does not train.
@@ -317,19 +420,28 @@ class FedSPD(PeerAlgorithm):
         """
         if getattr(engine, "reset_optimizer_each_round", False):
             self.optimizer.reset_state(self.opt_state)
-        gamma = self.memberships()
+        first, self.started = not self.started, True
+        gamma = self.split_memberships() if first and self.init == "data_split" else self.memberships()
         device = next(iter(self.clusters.values())).device
         self._weight = torch.stack([g.sum(0) for g in gamma]).to(device)
-        loss = self.m_step(gamma, round_idx, engine.lr_factor(round_idx))
-        share = (self._weight / self._weight.sum(1, keepdim=True)).cpu()
+        self._groups = self.groups(round_idx, first)
+        trained = [g * self._groups[i].to(g) for i, g in enumerate(gamma)]
+        loss = self.m_step(trained, round_idx, engine.lr_factor(round_idx))
+        counts = self._weight.cpu() * self._groups.to(self._weight.dtype)
+        share = counts / counts.sum(1, keepdim=True).clamp_min(_TINY)
         client_loss = (loss.cpu() * share).sum(1)
         self._round["cluster_loss"] = float(client_loss.mean())
         return client_loss.to(torch.float32)
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         """Exchange and per-cluster averaging with this round's counts, then the mixtures."""
-        weight = self._weight
-        self.exchange(weight, wire, ctx.round)
+        weight, groups = self._weight, self._groups.to(self._weight.device)
+        sent = groups & ((weight > 0) | (self.weighting == "uniform"))
+        if self.weighting == "uniform":
+            send, own = sent.to(weight.dtype), groups.to(weight.dtype)
+        else:
+            send = own = weight * groups.to(weight.dtype)
+        self.exchange(send, wire, ctx.round, own_weight=own, receives=None if groups.all() else groups)
         self.share = (weight / weight.sum(1, keepdim=True)).cpu()
         entropy = -(self.share * self.share.clamp_min(1e-300).log()).sum(1)
         self._round["membership_entropy"] = float(entropy.mean())
@@ -361,6 +473,7 @@ class FedSPD(PeerAlgorithm):
             "clusters": {n: t.detach().cpu() for n, t in self.clusters.items()},
             "share": self.share,
             "opt_state": {n: t.detach().cpu() for n, t in self.opt_state.items()},
+            "started": self.started,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -369,6 +482,7 @@ class FedSPD(PeerAlgorithm):
         device = next(iter(self.clusters.values())).device
         self.clusters = {n: t.to(device) for n, t in state["clusters"].items()}
         self.share = state["share"].cpu()
+        self.started = bool(state.get("started", True))  # a checkpoint without it has trained
         if "opt_state" in state:
             self.opt_state = {n: t.to(device) for n, t in state["opt_state"].items()}
 

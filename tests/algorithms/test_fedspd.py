@@ -349,3 +349,64 @@ def test_the_m_step_uses_the_models_optimizer_and_trains_only_clusters_with_data
     reset.train_round(_ResetEngine(), 0)
     reset.train_round(_ResetEngine(), 1)
     assert reset.opt_state["step"].tolist() == [1, 0, 1, 0]
+
+
+def test_authors_protocol_sends_one_cluster_per_client_and_averages_uniformly() -> None:
+    """The authors' protocol (schedule="rotating", weighting="uniform", init="data_split") on the path
+    0-1-2 with S = 2 and the input-free Logits model (|W| = 2, so a message is |W| + 1 = 3 float32,
+    12 bytes), local_steps = 0 so only the exchange moves the models.
+
+    First round: every client holds both clusters and the data split gives each client's 4 rows 2 to
+    each cluster (seeded; the same again for the same seed). All 4 directed edges carry both
+    clusters: 8 messages, 96 bytes, and uniform averages: cluster 0 at client 0 is (1 + 4) / 2 = 2.5.
+
+    Round 1, seed 0: the seeded groups put client 0 on cluster 1 and clients 1, 2 on cluster 0. Only
+    the same-group edge 1-2 carries a message, one cluster each way: 2 messages, 24 bytes (one
+    cluster per sending client and edge). Cluster 0 at clients 1 and 2: (4 + 7) / 2 = 5.5; client 0
+    keeps its cluster 0 (1) and, alone in its group, its cluster 1 (10); clients 1, 2 keep theirs."""
+    data = _data([[0, 1, 0, 1], [1, 0, 1, 0], [0, 0, 1, 1]])
+    theta = torch.tensor([[1.0, 10.0], [4.0, 20.0], [7.0, 30.0]])
+    kw = {"schedule": "rotating", "weighting": "uniform", "init": "data_split", "local_steps": 0}
+    algo = FedSPD(topology=Path(), num_clusters=2, **kw)
+    algo.setup(data, Logits(), seed=0)
+    split = algo.split_memberships()
+    assert [g.sum(0).tolist() for g in split] == [[2.0, 2.0]] * 3
+    again = FedSPD(topology=Path(), num_clusters=2, **kw)
+    again.setup(data, Logits(), seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(split, again.split_memberships(), strict=True))
+    algo.clusters = {"b": theta.unsqueeze(2).repeat(1, 1, 2)}
+    algo.train_round(_NoEngine(), 0)
+    wire = Wire()
+    algo.aggregate(CTX, {"b": torch.zeros(3, 2)}, wire)
+    assert wire.ledger.total() == 8 * 12
+    assert float(algo.clusters["b"][0, 0, 0]) == pytest.approx(2.5)
+    assert algo.groups(1, first=False).tolist() == [[False, True], [True, False], [True, False]]
+    algo.clusters = {"b": theta.unsqueeze(2).repeat(1, 1, 2)}
+    algo.train_round(_NoEngine(), 1)
+    wire = Wire()
+    ctx = RoundContext(round=1, seed=0, val_utility=CTX.val_utility)
+    algo.aggregate(ctx, {"b": torch.zeros(3, 2)}, wire)
+    assert wire.ledger.total() == 2 * 12 and algo.round_stats()["sent_cluster_models"] == 2
+    torch.testing.assert_close(
+        algo.clusters["b"][..., 0], torch.tensor([[1.0, 10.0], [5.5, 20.0], [5.5, 30.0]])
+    )
+    with pytest.raises(ValueError, match=r"algorithm\.schedule must be one of"):
+        FedSPD(schedule="every")
+
+
+def test_authors_protocol_packs_a_checkpoint_and_resumes_past_the_first_round() -> None:
+    """A checkpoint taken after the first round restores ``started``: the resumed run uses the
+    E-step (not the data split again) and rotating groups; one without the key counts as started."""
+    data = _data([[0, 1, 0, 1], [1, 0, 1, 0], [0, 0, 1, 1]])
+    algo = FedSPD(topology=Path(), num_clusters=2, schedule="rotating", init="data_split", local_steps=1)
+    algo.setup(data, Logits(), seed=0)
+    algo.train_round(_NoEngine(), 0)
+    state = algo.state_dict()
+    fresh = FedSPD(topology=Path(), num_clusters=2, schedule="rotating", init="data_split", local_steps=1)
+    fresh.setup(data, Logits(), seed=0)
+    fresh.load_state_dict(state)
+    assert fresh.started
+    del state["started"]
+    fresh.started = False
+    fresh.load_state_dict(state)
+    assert fresh.started
