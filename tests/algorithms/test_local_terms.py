@@ -7,41 +7,17 @@ import math
 import pytest
 import torch
 from lightning.fabric import Fabric
-from torch import nn
 
 from lightning_fed.algorithms import MOON, FedAvg, FedDyn, FedProx
 from lightning_fed.algorithms.moon import contrastive_loss
 from lightning_fed.comm.wire import Wire
 from lightning_fed.engine import PackedEngine, SequentialEngine
 from lightning_fed.federation import Federation
-from lightning_fed.models import CenterModule, MortalityMLP
-from lightning_fed.types import RoundContext, TrainerConfig
+from lightning_fed.models import MortalityMLP
+from lightning_fed.types import TrainerConfig
+from tests.algorithms.tiny_models import LogReg
+from tests.algorithms.tiny_models import round_ctx as _ctx
 from tests.conftest import make_federation
-
-
-class LogReg(CenterModule):
-    """``logit = x w + b`` trained by plain SGD (so one step is easy to write by hand)."""
-
-    def __init__(self, in_features: int = 2, lr: float = 0.5) -> None:
-        super().__init__()
-        self.lr = lr
-        self.linear = nn.Linear(in_features, 1)
-
-    def set_num_features(self, num_features: int) -> None:
-        assert num_features == self.linear.in_features
-
-    def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
-        return ("linear.weight", "linear.bias")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x).squeeze(-1)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
-
-
-def _ctx(r: int = 0) -> RoundContext:
-    return RoundContext(round=r, seed=0, val_utility=lambda p, c: torch.full((len(c),), 0.5))
 
 
 @pytest.mark.parametrize("engine_cls", [PackedEngine, SequentialEngine])

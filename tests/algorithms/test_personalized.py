@@ -17,35 +17,12 @@ from lightning_fed.data.center import CenterData, FederatedData
 from lightning_fed.engine import PackedEngine, SequentialEngine
 from lightning_fed.federation import Federation
 from lightning_fed.models import CenterModule, MortalityMLP, SmallCNN
-from lightning_fed.types import RoundContext, TrainerConfig
+from lightning_fed.types import TrainerConfig
+from tests.algorithms.tiny_models import LogReg
+from tests.algorithms.tiny_models import round_ctx as _ctx
 from tests.conftest import make_federation
 
 F64 = dict(accelerator="cpu", devices=1, precision="64-true")
-
-
-class LogReg(CenterModule):
-    """``logit = x w + b`` trained by plain SGD (one step is easy to write by hand)."""
-
-    def __init__(self, in_features: int = 1, lr: float = 0.5) -> None:
-        super().__init__()
-        self.lr = lr
-        self.linear = nn.Linear(in_features, 1)
-
-    def set_num_features(self, num_features: int) -> None:
-        assert num_features == self.linear.in_features
-
-    def head_parameter_names(self, layers: int = 1) -> tuple[str, ...]:
-        return ("linear.weight", "linear.bias")
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear(x).squeeze(-1)
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
-
-
-def _ctx(r: int = 0) -> RoundContext:
-    return RoundContext(round=r, seed=0, val_utility=lambda p, c: torch.full((len(c),), 0.5))
 
 
 def _one_row_centers(rows: list[tuple[float, float]]) -> FederatedData:
