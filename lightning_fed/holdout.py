@@ -43,18 +43,13 @@ from torch import Tensor
 
 from lightning_fed.data.center import CenterData, FederatedData
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate, support_columns
+from lightning_fed.holdout_keys import holdout_key
 from lightning_fed.io import atomic_path
 from lightning_fed.metrics import fragile_auroc, summarize
 from lightning_fed.metrics.support import auroc_averages, split_support
 from lightning_fed.seeding import numpy_rng
 
 __all__ = ["HeldOut", "HoldoutSettings", "holdout_key"]
-
-
-def holdout_key(steps: int, name: str) -> str:
-    """The summary key of figure ``name`` after ``steps`` fine-tuning steps, e.g.
-    ``holdout/steps_0/test_auroc_mean``."""
-    return f"holdout/steps_{int(steps)}/{name}"
 
 
 def _steps(value: Any) -> tuple[int, ...]:

@@ -11,7 +11,8 @@ walk per report. A record carries what the tables need, each part read at most o
 - ``referral`` (``referral.csv`` as written) and ``routers`` (the same rows with a ``router_key``
   column: the file's when it records one, else the router label, which is the key of every router
   not relabelled), ``rounds`` (``rounds.parquet``), ``checkpoint`` (its path when there is one),
-  ``centers`` (``centers.parquet``: each center's final support and DeLong interval) and
+  ``centers`` (``centers.parquet``: each center's final support and DeLong interval), ``holdout``
+  (``holdout.parquet``: the same for the held-out centers, per fine-tuning budget) and
   ``center_test_auroc`` (each center's final test AUROC: from ``centers.parquet``, or for runs
   written before it, the rows of ``rounds.parquet`` at the round the summary evaluated: the best
   round where early stopping restored it, else the last round run).
@@ -174,6 +175,13 @@ class RunRecord:
     def centers(self) -> pl.DataFrame | None:
         """``centers.parquet`` (one row per center: support, AUROC and its interval), or None."""
         path = self.path / "centers.parquet"
+        return pl.read_parquet(path) if path.is_file() else None
+
+    @cached_property
+    def holdout(self) -> pl.DataFrame | None:
+        """``holdout.parquet`` (one row per held-out center and fine-tuning budget ``steps``: support,
+        AUROC and its interval; ``evaluation.holdout_centers``), or None."""
+        path = self.path / "holdout.parquet"
         return pl.read_parquet(path) if path.is_file() else None
 
     @cached_property

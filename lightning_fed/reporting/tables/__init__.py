@@ -6,8 +6,9 @@ row (a referral table or a FedDRM run), ``"tiers"`` when a referral table has ho
 table is one module here with a ``SPEC`` added to :func:`specs` (docs/reporting.md).
 
 - :mod:`~.table1`: ABPS Table 1 (``table1.md`` / ``.csv``); :mod:`~.centers`: the reference
-  method's per-center support and intervals (``centers.md`` / ``.csv``); :mod:`~.diagnostics`: its
-  mechanism diagnostics;
+  method's per-center support and intervals (``centers.md`` / ``.csv``); :mod:`~.holdout`: the
+  held-out centers as they join (``holdout.md`` / ``.csv``); :mod:`~.diagnostics`: its mechanism
+  diagnostics;
 - :mod:`~.edgedrm`: EdgeDRM Tables 1 and 2 (``edgedrm_table.md``, ``edgedrm_settings.md``);
   :mod:`~.edgedrm_paired`: their paired orderings; :mod:`~.query_paired`: routers paired query by query;
   :mod:`~.reach`: whether walks reach the source;
@@ -24,6 +25,7 @@ from lightning_fed.reporting.tables import (
     diagnostics,
     edgedrm,
     edgedrm_paired,
+    holdout,
     lambda_sweep,
     query_paired,
     reach,
@@ -40,6 +42,7 @@ def specs(reference: str | None = None) -> tuple[TableSpec, ...]:
         table1.spec(reference),
         diagnostics.SPEC,
         centers.spec(reference),
+        holdout.spec(reference),
         edgedrm.TABLE_SPEC,
         edgedrm.SETTINGS_SPEC,
         edgedrm_paired.SPEC,
