@@ -32,6 +32,22 @@ pseudo-count would let the noise of the most observed pairs, the ones the model 
 out: measured on the oracle of ``tests/selection/test_regression_oracle.py``, 0.62 same-group
 partners at rounds 25-29 with 10 pseudo-observations against 0.85 without the residual).
 
+Peer effect (``peer_effect``, off by default). Some peers hurt (or help) every receiver for a reason
+no declared feature names: an off-concept hospital whose labels follow another rule. Its pairs' mean
+residuals then share one sign whoever observes them, so a per-peer random effect :math:`s_j \sim
+N(0, \tau_s^2)` pooled over observers learns it from every observation of ``j`` at once (a sender is
+observed by many centers each round) where the per-pair residual needs many observations of each
+pair. Model :math:`\bar\phi_{ijk} = x_{ij}^\top w_i + s_j + r_{ij} + e_{ijk}`, fitted in two empirical
+Bayes stages: first, with :math:`n_j = \sum_i n_{ij}` and the peer's pooled mean residual
+:math:`\bar e_j = \sum_i n_{ij}\bar e_{ij} / n_j`, :math:`E[\bar e_j^2] \approx \tau_s^2 + \sigma^2/n_j`
+gives :math:`\hat\tau_s^2 = \max(0, \mathrm{mean}_j(\bar e_j^2 - \sigma^2/n_j))` and the shrunk
+:math:`s_j = \bar e_j\, n_j/(n_j + \sigma^2/\hat\tau_s^2)` (posterior variance :math:`(1/\hat\tau_s^2 +
+n_j/\sigma^2)^{-1}`, :math:`\hat\tau_s^2` for a peer nobody has observed); then the per-pair residual
+above is estimated on :math:`\bar e_{ij} - s_j`. (:math:`\sigma^2` is the pooled linear fit's residual
+variance, which includes the peer effects' spread: it overstates the noise and shrinks more, the
+conservative direction.) The effect is pooled over observers also with ``pool: false``: it is what the
+federation has seen of ``j``.
+
 Scores. Thompson sampling: each round, each observer draws :math:`\tilde w_i \sim N(\hat w_i,
 P_i^{-1})` (one draw per observer from the round's policy generator, also when pooled, so centers
 explore differently) and scores :math:`x_{ij}^\top \tilde w_i + r_{ij}`, on the clipped-credit scale
@@ -41,8 +57,9 @@ refusal; set ``tau_acc: 0`` to accept everyone, or an acceptance rule
 
 Wire. The features are public (descriptors, declared attributes); pooling means every center
 publishes its sufficient statistics :math:`(\sum x x^\top, \sum x \bar\phi, \sum \bar\phi^2, n)` each
-round, ``(d + 1)(d + 2)/2 + 1`` numbers and never a row. They are not yet booked on the ledger
-(issue 30, left open), and the descriptors are read from the data at setup, also without a filter.
+round, ``(d + 1)(d + 2)/2 + 1`` numbers and never a row; the peer effect needs, per observation, the
+peer and the credit (two numbers). They are not yet booked on the ledger (issue 30, left open), and the
+descriptors are read from the data at setup, also without a filter.
 """
 
 from __future__ import annotations
@@ -75,6 +92,8 @@ class PairRegression(SelectionPolicy):
         min_noise: Floor of the estimated noise ``sigma`` (> 0).
         residual: Add the per-pair residual (the Beta evidence beyond the model, shrunk by empirical
             Bayes; module docstring).
+        peer_effect: Add a per-peer effect pooled over observers (module docstring); default False
+            (the model measured in docs/results/abps_learned).
     """
 
     def __init__(
@@ -85,6 +104,7 @@ class PairRegression(SelectionPolicy):
         prior_sd: float = 0.1,
         min_noise: float = 1e-3,
         residual: bool = True,
+        peer_effect: bool = False,
     ) -> None:
         if isinstance(attributes, str) or not all(isinstance(a, str) for a in attributes):
             raise ValueError(f"{_KEY}.attributes must be a list of attribute names, got {attributes!r}")
@@ -94,6 +114,7 @@ class PairRegression(SelectionPolicy):
         self.prior_sd = check_number(f"{_KEY}.prior_sd", prior_sd, 0.0, strict=True)
         self.min_noise = check_number(f"{_KEY}.min_noise", min_noise, 0.0, strict=True)
         self.residual = bool(residual)
+        self.peer_effect = bool(peer_effect)
         self.dim = 1 + self.metadata_dim + len(self.attributes)
         self.descriptors: Tensor | None = None
         self.codes: Tensor | None = None
@@ -207,7 +228,9 @@ class PairRegression(SelectionPolicy):
             rows = torch.arange(lo, min(c, lo + BLOCK_ROWS))
             x = self.features(rows[:, None], peers[None, :])  # [B, C, d]
             out[rows] = torch.einsum("bcd,bd->bc", x, drawn[rows])
+        s, _, _ = self.peer_effects(posterior, w)
         i, j, r, _, _ = self.residual_effects(posterior, w)
+        out += s[None, :]
         out[i, j] += r
         return out
 
@@ -219,6 +242,30 @@ class PairRegression(SelectionPolicy):
         i, j, n = pairs.i[seen], pairs.j[seen], n[seen]
         mean = (pairs.values["alpha"][seen] - posterior.alpha0) / n
         return i, j, n, mean - (self.features(i, j) * w[i]).sum(-1)
+
+    def peer_effects(self, posterior: BetaPosterior, w: Tensor) -> tuple[Tensor, Tensor, float]:
+        """``(s, v, tau_s2)``: each peer's shrunk effect ``s_j`` pooled over observers, its posterior
+        variance ``v_j`` (``tau_s^2`` for a peer nobody observed) and ``tau_s^2``, float64 ``[C]``
+        (module docstring); zeros without ``peer_effect``, before any observation or while
+        ``tau_s^2 = 0``."""
+        c = posterior.num_centers
+        zeros = torch.zeros(c, dtype=torch.float64)
+        if not (self.peer_effect and len(posterior.pairs)):
+            return zeros, zeros.clone(), 0.0
+        _, j, n, e = self._pair_residuals(posterior, w)
+        n_j = torch.zeros(c, dtype=torch.float64).index_add_(0, j, n)
+        seen = n_j > 0
+        if not bool(seen.any()):
+            return zeros, zeros.clone(), 0.0
+        e_j = torch.zeros(c, dtype=torch.float64).index_add_(0, j, n * e)[seen] / n_j[seen]
+        s2 = self.noise()
+        tau2 = max(0.0, float((e_j * e_j - s2 / n_j[seen]).mean()))
+        if tau2 <= 0:
+            return zeros, zeros.clone(), 0.0
+        effect, var = zeros.clone(), torch.full((c,), tau2, dtype=torch.float64)
+        effect[seen] = e_j * n_j[seen] / (n_j[seen] + s2 / tau2)
+        var[seen] = 1.0 / (1.0 / tau2 + n_j[seen] / s2)
+        return effect, var, tau2
 
     def residual_effects(
         self, posterior: BetaPosterior, w: Tensor
@@ -233,6 +280,7 @@ class PairRegression(SelectionPolicy):
         i, j, n, e = self._pair_residuals(posterior, w)
         if not len(n):
             return none
+        e = e - self.peer_effects(posterior, w)[0][j]  # the pair's residual beyond its peer's effect
         s2 = self.noise()
         tau2 = max(0.0, float((e * e - s2 / n).mean()))
         if tau2 <= 0:
@@ -247,12 +295,14 @@ class PairRegression(SelectionPolicy):
         P_i^{-1} x + v_ij`` with ``v_ij`` the residual's posterior variance on an observed pair and
         its prior ``tau^2`` on an unobserved one (:meth:`residual_effects`). This is what a center
         believes about a peer it has never met: the model's prediction for that pair's features,
-        with the spread of pairs around the model.
+        with the spread of pairs around the model. With ``peer_effect`` the peer's pooled effect
+        ``s_j`` is added to the mean and its variance ``v_j`` to the variance (:meth:`peer_effects`).
         """
         c = posterior.num_centers
         w, chol = self.posterior(c)
         cov = torch.cholesky_inverse(chol)  # P_i^{-1} [C, d, d]
         i, j, r, v, tau2 = self.residual_effects(posterior, w)
+        s, s_var, _ = self.peer_effects(posterior, w)
         mean = torch.empty(c, c, dtype=torch.float64)
         var = torch.empty(c, c, dtype=torch.float64)
         peers = torch.arange(c)
@@ -263,7 +313,7 @@ class PairRegression(SelectionPolicy):
             var[rows] = torch.einsum("bcd,bde,bce->bc", x, cov[rows], x) + tau2
         mean[i, j] += r
         var[i, j] += v - tau2
-        return mean, var
+        return mean + s[None, :], var + s_var[None, :]
 
     def pair_scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> DenseScores:
         return DenseScores(self.scores(posterior, t, generator))
@@ -283,5 +333,5 @@ class PairRegression(SelectionPolicy):
         return (
             f"PairRegression(attributes={self.attributes}, metadata_dim={self.metadata_dim}, "
             f"pool={self.pool}, prior_sd={self.prior_sd}, min_noise={self.min_noise}, "
-            f"residual={self.residual})"
+            f"residual={self.residual}, peer_effect={self.peer_effect})"
         )
