@@ -18,6 +18,14 @@ so results are bit-identical to it; the groups' gradients never overlap (a cente
 
 **Per-call overhead.** The vmapped function is built once (``batch_idx`` a non-batched argument),
 and a step's groups come from one ``unique`` over its keys.
+
+**Dropout.** Random ops in ``training_step`` draw from torch's global generator, seeded per round
+from ``(seed, "dropout-vmap", round)`` by the engine and consumed call by call (vmap's
+``randomness="different"``): a center's masks depend on the groups it is called in, so an engine
+over a shard of the centers (``center_ids``, one shard per DDP rank) draws other masks for them
+than the whole federation does (distributed alike, not the same bits). The built-in models draw
+from per-center streams and have no such dependence; ``torch.vmap`` offers no generator per
+vmapped row that would give a user's module the same.
 """
 
 from __future__ import annotations
@@ -133,7 +141,7 @@ class StackedTrainingStep:
             n, b = int(rows[first]), int(batch_idx[first])
             at = members.to(xb.device)
             group = {name: t.index_select(0, at).requires_grad_(True) for name, t in params.items()}
-            loss, logged = step(group, xb.index_select(0, at)[:, :n], yb.index_select(0, at)[:, :n], b)
+            loss, logged = step(group, xb[:, :n].index_select(0, at), yb[:, :n].index_select(0, at), b)
             at_all.append(at)
             leaves.append(group)
             losses.append(loss.to(yb.dtype))
