@@ -71,9 +71,9 @@ from lightning_fed.engine.optim import (
     stacked_optimizer_for,
 )
 from lightning_fed.engine.schedule import center_batches, steps_per_round
+from lightning_fed.engine.stacked_step import StackedTrainingStep
 from lightning_fed.engine.training_step import (
     RoundLogs,
-    TrainingStep,
     model_name,
     overrides_training_step,
     reads_batch_idx,
@@ -283,14 +283,19 @@ class PackedEngine(Engine):
         self._frozen_spans: list[tuple[int, int]] = []
         # A module's own training_step is its loss (engine/training_step.py): run through vmap, or
         # center by center where vmap cannot run it (learnt once here, outside any round's draws).
-        self._step_module = TrainingStep(self.module) if overrides_training_step(self.module) else None
+        self._step_module: StackedTrainingStep | None = None
+        if overrides_training_step(self.module):
+            self._step_module = StackedTrainingStep(
+                self.module, self.batch_size, reads_batch_idx(self.module)
+            )
         #: Batches per local epoch of each center (sorted order): ``batch_idx`` is step mod this.
         self._per_epoch = torch.clamp(-(-self.sizes // self.batch_size), min=1)
-        #: Whether centers of a step must also share ``batch_idx`` to share a call (it is read).
-        self._group_by_batch_idx = self._step_module is not None and reads_batch_idx(self.module)
         #: Why vmap cannot run the module's training_step (None: it can), and the names it logs.
         self._unvmappable: str | None = None
         self.logged_names: tuple[str, ...] = ()
+        #: ``training_step`` calls of the last round (vmapped group calls, or per-center calls of
+        #: the loop); 0 for modules without their own ``training_step``.
+        self.training_step_calls = 0
         if self._step_module is not None:
             self._probe_training_step(train)
         # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
@@ -370,8 +375,9 @@ class PackedEngine(Engine):
 
         Tried once on the first rows of the first center (random state forked, so the probe draws
         nothing from any round's streams). A vmap failure is recorded in ``_unvmappable``, not
-        raised: the engine then runs each center's step on its own (:meth:`_step_losses`); a
-        failure of that too is the module's own error and is raised.
+        raised: the engine then runs each center's step on its own
+        (:meth:`StackedTrainingStep.looped <lightning_fed.engine.stacked_step.StackedTrainingStep.looped>`);
+        a failure of that too is the module's own error and is raised.
         """
         x, y = train[int(self.order[0])]
         n = max(1, min(len(y), self.batch_size))
@@ -382,65 +388,8 @@ class PackedEngine(Engine):
         yb = torch.stack([y[:n], y[:n]]).to(self.device, xb.dtype)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            try:
-                _, logged = self._vmapped_step(params, xb, yb, 0)
-            except TypeError:  # a wrong return value: the user's error, raised as it is
-                raise
-            except Exception as err:  # vmap's limits (data-dependent control flow, in-place buffers)
-                self._unvmappable = (str(err).strip().splitlines() or [type(err).__name__])[0][:160]
-                _, logged = self._looped_step(params, xb, yb, 0)
-        self.logged_names = tuple(sorted(logged))
-
-    def _vmapped_step(
-        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, batch_idx: int
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``training_step`` of ``g`` stacked centers on their batches ``[g, n, ...]``: losses ``[g]``."""
-
-        def one(p: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-            named = {f"m.{n}": t for n, t in p.items()}
-            return torch.func.functional_call(self._step_module, named, ((x, y), batch_idx))
-
-        return torch.vmap(one, randomness="different")(params, xb, yb)
-
-    def _looped_step(
-        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, batch_idx: int
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """:meth:`_vmapped_step` one center at a time (for a ``training_step`` vmap cannot run)."""
-        outs = [
-            torch.func.functional_call(
-                self._step_module, {f"m.{n}": t[i] for n, t in params.items()}, ((xb[i], yb[i]), batch_idx)
-            )
-            for i in range(xb.shape[0])
-        ]
-        logged = {name: torch.stack([out[1][name] for out in outs]) for name in outs[0][1]}
-        return torch.stack([out[0] for out in outs]), logged
-
-    def _step_losses(
-        self, params: dict[str, Tensor], xb: Tensor, yb: Tensor, mask: Tensor, s: int, logs: RoundLogs
-    ) -> Tensor:
-        """Per-center losses ``[k]`` of step ``s`` from the module's ``training_step``.
-
-        Centers are grouped by (real rows, ``batch_idx``) so each call sees only real rows (padding
-        is a suffix of a center's batch) and its own index within the epoch (by rows only when
-        ``training_step`` never reads ``batch_idx``); every group is one vmapped call (or a loop,
-        see :meth:`_probe_training_step`). A group that does not read ``batch_idx`` gets that of its
-        first center.
-        """
-        k = xb.shape[0]
-        rows = mask.sum(1).to(torch.int64).cpu()
-        batch_idx = s % self._per_epoch[:k]
-        key = batch_idx * (self.batch_size + 1) + rows if self._group_by_batch_idx else rows
-        step = self._looped_step if self._unvmappable is not None else self._vmapped_step
-        per_center = xb.new_zeros(k, dtype=yb.dtype)
-        for value in torch.unique(key).tolist():
-            members = torch.nonzero(key == value).flatten()
-            n, b = int(rows[members[0]]), int(batch_idx[members[0]])
-            at = members.to(self.device)
-            group = {name: t.index_select(0, at) for name, t in params.items()}
-            loss, logged = step(group, xb.index_select(0, at)[:, :n], yb.index_select(0, at)[:, :n], b)
-            per_center = per_center.index_copy(0, at, loss.to(per_center.dtype))
-            logs.add(self.order[members], logged, rows[members])
-        return per_center
+            self.logged_names = self._step_module.probe(params, xb, yb)
+        self._unvmappable = self._step_module.unvmappable
 
     def _views(self, flat: Tensor) -> dict[str, Tensor]:
         """Named parameter views ``[k, *shape]`` into a ``[k, D]`` buffer."""
@@ -514,6 +463,7 @@ class PackedEngine(Engine):
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
         logs = RoundLogs(self.num_models, self.logged_names)
         extra = {"workspace": self._workspace} if self._pass_workspace else {}
+        calls_before = self._step_module.calls if self._step_module is not None else 0
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, "dropout-vmap", round_idx))
             for s, k in enumerate(self.active):
@@ -554,7 +504,11 @@ class PackedEngine(Engine):
                     self._words_per_step = gen.consumed
                 gen.next_step()
         loss = loss_sum / self.steps.to(loss_sum)
-        self.last_logged = logs.means() if self._step_module is not None else None
+        if self._step_module is not None:
+            self.last_logged = logs.means()
+            self.training_step_calls = self._step_module.calls - calls_before
+        else:
+            self.last_logged = None
         self._contain(loss, *before)
         return loss.index_select(0, self.inverse.to(self.device))
 
@@ -610,9 +564,20 @@ class PackedEngine(Engine):
         params = self._views(leaf)
         term = self.local_term
         features = None
+        own_grad = None  # the gradient of a module's own training_step, computed group by group
         if self._step_module is not None:
+            own_grad = self.grad[:k]
             with self.autocast():
-                per_center = self._step_losses(params, xb, yb, mask, s, logs)
+                per_center = self._step_module.loss_grad(
+                    {n: v[:k] for n, v in self._flat_views.items()},
+                    xb,
+                    yb,
+                    mask.sum(1).to(torch.int64).cpu(),
+                    s % self._per_epoch[:k],
+                    own_grad,
+                    logs,
+                    self.order[:k],
+                )
         else:
             with self.autocast():
                 if term is not None and term.needs_features:
@@ -634,8 +599,13 @@ class PackedEngine(Engine):
                 features_fn=self._reference_features,
             )
             per_center = per_center + term.loss(batch)
-        (grad,) = torch.autograd.grad(per_center.sum(), [leaf])
-        return per_center.detach(), grad
+        if own_grad is None:
+            (grad,) = torch.autograd.grad(per_center.sum(), [leaf])
+            return per_center.detach(), grad
+        if per_center.requires_grad:  # the penalty's and the term's gradient, added to training_step's
+            (extra,) = torch.autograd.grad(per_center.sum(), [leaf])
+            own_grad.add_(extra)
+        return per_center.detach(), own_grad
 
     @torch.no_grad()
     def _reference_features(self, params: dict[str, Tensor], x: Tensor) -> Tensor:

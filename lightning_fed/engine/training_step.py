@@ -13,7 +13,8 @@ The sequential engine calls it on each center's module copy; the packed engine c
 :func:`torch.func.functional_call` on the stacked parameters under :func:`torch.vmap`
 (``randomness="different"``), one call per group of centers whose batches share a row count and
 ``batch_idx`` (so no padded row ever reaches the user's loss and ``batch_idx`` is each center's own;
-a ``training_step`` that never reads ``batch_idx``, :func:`reads_batch_idx`, is grouped by row count only).
+a ``training_step`` that never reads ``batch_idx``, :func:`reads_batch_idx`, is grouped by row count only;
+:mod:`lightning_fed.engine.stacked_step` runs the groups and writes their gradients).
 A ``training_step`` that ``vmap`` cannot run (data-dependent Python control flow, ``.item()``, an
 in-place buffer update such as BatchNorm's running statistics) is run center by center on the
 same stacked parameters (same loss and update, slower); the engine's :attr:`training_path` says so.
