@@ -39,6 +39,7 @@ together) where it needs a distance, computes in float64 and returns the models'
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 from torch import Tensor
@@ -61,13 +62,14 @@ __all__ = [
 KEY = "algorithm.init_args.aggregator"
 
 
-class Aggregator:
+class Aggregator(ABC):
     """One aggregate ``{name: [1, ...]}`` from ``k`` accepted models ``{name: [k, ...]}``.
 
     Subclasses implement :meth:`__call__`; :meth:`mix_received` applies it at every receiving
     center of a peer method.
     """
 
+    @abstractmethod
     def __call__(
         self, stacked: dict[str, Tensor], weights: Tensor, reference: dict[str, Tensor]
     ) -> dict[str, Tensor]:
@@ -79,7 +81,6 @@ class Aggregator:
             reference: The aggregator's starting point ``{name: [1, ...]}``: the server's last sent
                 model, or the receiving center's own model (read by :class:`CenteredClipping`).
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement __call__")
 
     def mix_received(
         self,
