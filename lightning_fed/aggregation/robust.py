@@ -29,8 +29,9 @@ count every center once, whatever its rows: weighting them by rows would let a c
 the rows set the median alone, moving the breakdown point from half of the centers to half of the
 rows. The rules whose robustness comes from a selection or a clip rather than from an order (Krum's
 final average over the selected models, centered clipping's step) keep the method's weights, so
-that they reduce to the method's own average when nothing is discarded or clipped (Multi-Krum with
-``m = k``; clipping with ``tau`` above every distance). Each class docstring says which it does.
+that they reduce to the method's own average (up to rounding) when nothing is discarded or clipped
+(Multi-Krum with ``m = k``; clipping with ``tau`` above every distance). Each class docstring says
+which it does.
 
 Every rule but :class:`WeightedMean` reads each model as one vector (all tensors of the dict
 together) where it needs a distance, computes in float64 and returns the models' dtype.
@@ -244,8 +245,8 @@ class Krum(Aggregator):
 
     Counts centers in the selection (``f`` and ``m`` are numbers of centers, each model one point);
     the average of the ``m`` selected keeps the method's weights (rows for FedAvg and ABPS), so
-    Multi-Krum with ``m >= k`` is the method's own average. Cost ``O(k^2 |W|)`` (the pairwise
-    distances).
+    Multi-Krum with ``m >= k`` is the method's own average (up to rounding). Cost ``O(k^2 |W|)``
+    (the pairwise distances).
 
     Args:
         f: Attackers tolerated, ``f >= 0`` (default 1).
@@ -291,8 +292,8 @@ class CenteredClipping(Aggregator):
 
     Keeps the method's weights (rows for FedAvg and ABPS; the paper's uniform ``1/k`` for equal
     sizes): the clip, not an order, bounds an attacker, and with ``tau`` above every distance one
-    step is the method's own average. An attacker's pull per step is thus bounded by its weight
-    times ``tau``, so a large center is bounded less tightly than a small one. ``tau`` is in the
+    step is the method's own average (up to rounding). An attacker's pull per step is thus bounded
+    by its weight times ``tau``, so a large center is bounded less tightly than a small one. ``tau`` is in the
     units of the model (an L2 norm of the whole shared model's change); choose it near the honest
     update norms (``benchmarks/norm_spread.py --update``). Cost ``O(iters k |W|)``.
 
