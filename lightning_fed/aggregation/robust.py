@@ -5,8 +5,9 @@ stacked per tensor ``{name: [k, ...]}``, and the method's weights ``w_j`` (FedAv
 senders' training rows ``n_j``; DeceFL / DFedAvgM: the Metropolis weights of the receiver's row)
 to one aggregate ``{name: [1, ...]}``. It is called
 
-* by the FedAvg server (:meth:`FedAvg.server_model <lightning_fed.algorithms.FedAvg.server_model>`)
-  on the uploads it accepted, with the model it sent last round as ``reference``;
+* by the FedAvg server (:meth:`FedAvg.server_model <lightning_fed.algorithms.FedAvg.server_model>`,
+  also FedProx's, Ditto's, FedRep's and FedBN's) on the uploads it accepted, with the model it sent
+  last round as ``reference``;
 * by every receiving center of a peer method (:meth:`Aggregator.mix_received`: ABPS, DeceFL,
   DFedAvgM) on its own model followed by the messages it accepted, with its own model as
   ``reference``.

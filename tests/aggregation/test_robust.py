@@ -22,7 +22,7 @@ from lightning_fed.aggregation import (
     weighted_average,
 )
 from lightning_fed.aggregation.robust import Aggregator, aggregator_from
-from lightning_fed.algorithms import ABPS, BNNFedAvg, DeceFL, FedAvg, FedDyn
+from lightning_fed.algorithms import ABPS, BNNFedAvg, DeceFL, Ditto, FedAvg, FedBN, FedDyn, FedProx, FedRep
 from lightning_fed.comm import Wire
 from lightning_fed.engine import PackedEngine, SequentialEngine
 from lightning_fed.federation import Federation
@@ -360,3 +360,25 @@ def test_a_sustained_3x_attack_from_the_largest_center_stays_bounded(make) -> No
     issue's bound; measured clean / attacked: median 2.58 / 2.70, trimmed 2.86 / 3.12, Krum 2.28 /
     2.28, clipping tau = 0.5 3.69 / 5.26)."""
     assert _norm_under_attack(make(), True) < 2 * _norm_under_attack(make(), False)
+
+
+@pytest.mark.parametrize("cls", [FedProx, Ditto, FedRep, FedBN])
+def test_fedavg_family_servers_take_the_aggregator(cls) -> None:
+    """The methods that keep FedAvg's server rule (they do not override ``server_model``) pass
+    ``aggregator`` to it."""
+    median = CoordinateMedian()
+    assert cls.server_model is FedAvg.server_model and cls(aggregator=median).aggregator is median
+    assert isinstance(cls().aggregator, WeightedMean)
+
+
+@pytest.mark.parametrize("cls", [FedProx, FedRep])
+def test_a_fedavg_family_server_computes_the_median(cls) -> None:
+    """Constant uploads (1, 5, 2, 3) with rows (30, 10, 20, 7): the median 2.5 on every shared tensor
+    (the weighted mean would be 141/67 = 2.10)."""
+    data = make_federation([30, 10, 20, 7])
+    module = MortalityMLP(in_features=data.num_features, hidden=(4, 3))
+    algo = cls(aggregator=CoordinateMedian())
+    algo.setup(data, module)
+    params = algo.shared(_const(module, [1.0, 5.0, 2.0, 3.0]))
+    out = algo.server_model(params, torch.arange(4), CTX)
+    assert out and all(torch.equal(t, torch.full_like(t, 2.5)) for t in out.values())
