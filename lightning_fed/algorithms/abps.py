@@ -29,6 +29,14 @@ partner every other) ABPS degenerates to FedAvg over everyone at ``(C - 1) / 2``
 bytes; setup logs a warning (for :class:`~lightning_fed.selection.GraphNeighbours`: on a complete
 graph).
 
+Robust mixing (``aggregator``, :mod:`~lightning_fed.aggregation.robust`, a comparator outside the
+paper): step 3's average is the aggregator's result over the center's own model and the messages it
+accepted (own model first and as the reference, the training rows as the method's weights;
+:meth:`Aggregator.mix_received <lightning_fed.aggregation.robust.Aggregator.mix_received>`); the
+server step and momentum then apply to it. The default
+:class:`~lightning_fed.aggregation.WeightedMean` is line 25's FedAvg, bit for bit. The Shapley
+credit still values partners by their sample-weighted coalition averages.
+
 Extensions (Sec. 6.4): ``personal_layers`` (P) keeps the last 1-2 layers local and off the
 wire; a :class:`~lightning_fed.comm.BFloat16Hook` on the wire (Q) halves the bytes; ``kappa``
 (1 or 3) bounds the active set; ``server_optimizer:
@@ -84,8 +92,9 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.center_optimizer import CenterServerOptimizer, center_server_optimizer_from
-from lightning_fed.aggregation.mixing import mix_received, renormalize
+from lightning_fed.aggregation.mixing import renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
+from lightning_fed.aggregation.robust import Aggregator, aggregator_from
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.algorithms.peers import JoinsNearestPeers
 from lightning_fed.comm.exchange import exchange, peer_exchange
@@ -137,6 +146,9 @@ class ABPS(JoinsNearestPeers, Algorithm):
             ``momentum``.
         privacy: Gaussian-mechanism differential privacy on the published metadata descriptors
             (:class:`~lightning_fed.privacy.GaussianMechanism`); None publishes them exact.
+        aggregator: How a center combines itself and the partners it accepted
+            (:class:`~lightning_fed.aggregation.robust.Aggregator`; default
+            :class:`~lightning_fed.aggregation.WeightedMean`, line 25's sample-weighted FedAvg).
     """
 
     def __init__(
@@ -148,8 +160,10 @@ class ABPS(JoinsNearestPeers, Algorithm):
         privacy: GaussianMechanism | None = None,
         server_momentum: float = 0.0,
         server_optimizer: CenterServerOptimizer | None = None,
+        aggregator: Aggregator | None = None,
     ) -> None:
         super().__init__(personal_layers)
+        self.aggregator = aggregator_from(aggregator)
         self.server_optimizer = center_server_optimizer_from(server_optimizer, server_momentum)
         if momentum and not self.server_optimizer.identity:
             raise ValueError(
@@ -270,7 +284,8 @@ class ABPS(JoinsNearestPeers, Algorithm):
         if len(src):
             sizes = self.n_train.to(torch.float64)
             self_w, edge_w = renormalize(sizes, sizes[src], dst)
-            mixed = mix_received(shared, got.received, dst, self_w, edge_w, max_bytes=CHUNK_BYTES)
+            mix = self.aggregator.mix_received
+            mixed = mix(shared, got.received, dst, self_w, edge_w, max_bytes=CHUNK_BYTES)
             active = torch.tensor([bool(p) for p in partners])
             for name, own in shared.items():
                 # Without a recorded start (no local training, or a rule that reads none): own.

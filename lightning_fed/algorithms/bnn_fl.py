@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import sample_weights
+from lightning_fed.aggregation.robust import Aggregator, refuse_aggregator
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.data.center import FederatedData
 from lightning_fed.models.base import CenterModule
@@ -97,9 +98,17 @@ class BNNFedAvg(FedAvg):
     Args:
         variance: How the server combines variances (default :class:`MixtureMoments`).
         personal_layers: Head layers kept local (their ``mu`` and ``rho``), as in every method.
+        aggregator: Refused (one line) unless None: the server matches the posteriors' moments
+            (``mu`` and ``rho`` together), which no coordinate-wise robust aggregator preserves.
     """
 
-    def __init__(self, variance: VarianceRule | None = None, personal_layers: int = 0) -> None:
+    def __init__(
+        self,
+        variance: VarianceRule | None = None,
+        personal_layers: int = 0,
+        aggregator: Aggregator | None = None,
+    ) -> None:
+        refuse_aggregator("BNNFedAvg", aggregator, "its server matches the posteriors' moments (mu with rho)")
         super().__init__(personal_layers)  # no server momentum: moments are aggregated, not steps
         self.variance = variance if variance is not None else MixtureMoments()
 

@@ -25,13 +25,20 @@ and receives nothing and keeps its parameters. A receiver validates every messag
 one. The Metropolis row of center ``i`` is then renormalized over what arrived, keeping the self
 weight: ``theta_i <- (W_ii theta_i + sum_{j in A_i} W_ij theta_j) / (W_ii + sum_{j in A_i} W_ij)``
 with ``A_i`` the accepted neighbours (with all of them, the denominator is 1).
+
+Robust mixing (``aggregator``, :mod:`~lightning_fed.aggregation.robust`): a receiver combines its
+own model and the messages it accepted by the aggregator, with those renormalized Metropolis
+weights as the method's weights and its own model as the reference
+(:meth:`Aggregator.mix_received <lightning_fed.aggregation.robust.Aggregator.mix_received>`); the
+default :class:`~lightning_fed.aggregation.WeightedMean` is the Metropolis mix above, bit for bit.
 """
 
 from __future__ import annotations
 
 from torch import Tensor
 
-from lightning_fed.aggregation.mixing import metropolis_edge_weights, mix_received, renormalize
+from lightning_fed.aggregation.mixing import metropolis_edge_weights, renormalize
+from lightning_fed.aggregation.robust import Aggregator, aggregator_from
 from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
@@ -57,6 +64,9 @@ class DeceFL(PeerAlgorithm):
         personal_layers: Head layers kept local (0 shares everything).
         selector: Who gossips with whom (default ``GraphNeighbours(topology)``); exclusive with
             ``topology``.
+        aggregator: How a receiver combines itself and what it accepted
+            (:class:`~lightning_fed.aggregation.robust.Aggregator`; default
+            :class:`~lightning_fed.aggregation.WeightedMean`, the Metropolis mix).
     """
 
     def __init__(
@@ -64,8 +74,10 @@ class DeceFL(PeerAlgorithm):
         topology: Topology | None = None,
         personal_layers: int = 0,
         selector: PartnerSelector | None = None,
+        aggregator: Aggregator | None = None,
     ) -> None:
         super().__init__(topology, selector, personal_layers)
+        self.aggregator = aggregator_from(aggregator)
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
@@ -89,7 +101,7 @@ class DeceFL(PeerAlgorithm):
             self_w, edge_w = metropolis_edge_weights(src, dst, got.src, got.dst, self.num_centers)
         self_w, edge_w = renormalize(self_w, edge_w, got.dst)
         self._round = {"mean_neighbours": len(got.dst) / self.num_centers}
-        return mix_received(shared, got.received, got.dst, self_w, edge_w)
+        return self.aggregator.mix_received(shared, got.received, got.dst, self_w, edge_w)
 
     def round_stats(self) -> dict[str, float]:
         return dict(self._round)

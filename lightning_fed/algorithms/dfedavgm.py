@@ -32,4 +32,7 @@ class DFedAvgM(DeceFL):
         personal_layers: Head layers kept local (0: mix the full model, as DFedAvgM does).
         selector: Who mixes with whom (default ``GraphNeighbours(topology)``; any
             :class:`~lightning_fed.selection.PartnerSelector`, e.g. ``RandomPartners``).
+        aggregator: How a client combines itself and what it accepted (default
+            :class:`~lightning_fed.aggregation.WeightedMean`, the Metropolis mix; a robust
+            :class:`~lightning_fed.aggregation.robust.Aggregator` as a comparator).
     """

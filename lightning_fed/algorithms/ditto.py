@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lightning_fed.aggregation.robust import Aggregator
 from lightning_fed.aggregation.server_optimizer import ServerOptimizer
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.algorithms.twin import GLOBAL, PERSONAL, TwinModule
@@ -88,12 +89,18 @@ class Ditto(FedAvg):
         personal_layers: Head layers of the global copy kept local (as :class:`FedAvg`; 0 shares
             the whole global copy).
         server_optimizer: The server's step on the global copies (as :class:`FedAvg`).
+        aggregator: How the server combines the global copies (as :class:`FedAvg`; default the
+            weighted mean).
     """
 
     def __init__(
-        self, lam: float = 0.1, personal_layers: int = 0, server_optimizer: ServerOptimizer | None = None
+        self,
+        lam: float = 0.1,
+        personal_layers: int = 0,
+        server_optimizer: ServerOptimizer | None = None,
+        aggregator: Aggregator | None = None,
     ) -> None:
-        super().__init__(personal_layers, server_optimizer=server_optimizer)
+        super().__init__(personal_layers, server_optimizer=server_optimizer, aggregator=aggregator)
         self.lam = check_number("algorithm.lam", lam, 0.0, strict=False)
 
     def model_for(self, module: CenterModule) -> CenterModule:

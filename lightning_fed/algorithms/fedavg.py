@@ -39,6 +39,15 @@ unreachable): :meth:`FedAvg.start_round` first sends it that model (one more mes
 round), then the round runs as above. Without sampling nothing changes (a center that missed a
 download because of a fault still continues from its own model, as before).
 
+The aggregation itself is a plugin too, ``aggregator`` (an
+:class:`~lightning_fed.aggregation.robust.Aggregator`, docs/robustness.md "Robust aggregators"):
+:class:`~lightning_fed.aggregation.WeightedMean` (default) is the weighted average above, bit for
+bit; :class:`~lightning_fed.aggregation.CoordinateMedian`, :class:`~lightning_fed.aggregation.TrimmedMean`,
+:class:`~lightning_fed.aggregation.Krum` and :class:`~lightning_fed.aggregation.CenteredClipping`
+(started from the model the server sent last round) replace it as comparators; the server optimizer
+then steps from their result. Subclasses that override :meth:`FedAvg.server_model` (FedDyn,
+BNNFedAvg) take no aggregator.
+
 Exclusive with any server optimizer but the average: ``momentum`` beta > 0
 (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center EMA ABPS-X uses on its
 mesh): a center that takes the download moves by ``u_i <- beta u_i + (1 - beta) (theta_bar_t -
@@ -52,8 +61,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.aggregation.mixing import sample_weights, weighted_average
 from lightning_fed.aggregation.momentum import UpdateMomentum
+from lightning_fed.aggregation.robust import Aggregator, aggregator_from
 from lightning_fed.aggregation.server_optimizer import ServerOptimizer, server_optimizer_from
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, rows
@@ -81,6 +90,9 @@ class FedAvg(Algorithm):
             (:class:`~lightning_fed.aggregation.server_optimizer.ServerOptimizer`; default
             :class:`~lightning_fed.aggregation.ServerAverage`, FedAvg-X:
             ``ServerMomentum(beta=0.5)``).
+        aggregator: How the server combines the accepted uploads
+            (:class:`~lightning_fed.aggregation.robust.Aggregator`; default
+            :class:`~lightning_fed.aggregation.WeightedMean`, the ``n_j``-weighted average).
 
     Raises:
         ValueError: If both ``server_momentum`` and ``server_optimizer`` are given, or ``momentum``
@@ -93,8 +105,10 @@ class FedAvg(Algorithm):
         momentum: float = 0.0,
         server_momentum: float = 0.0,
         server_optimizer: ServerOptimizer | None = None,
+        aggregator: Aggregator | None = None,
     ) -> None:
         super().__init__(personal_layers)
+        self.aggregator = aggregator_from(aggregator)
         self.update_momentum = UpdateMomentum(momentum)
         self.server_optimizer = server_optimizer_from(server_optimizer, server_momentum)
         if self.update_momentum.beta and not self.server_optimizer.identity:
@@ -194,12 +208,13 @@ class FedAvg(Algorithm):
     ) -> dict[str, Tensor]:
         """The model the server sends back ``{name: [1, ...]}`` from the accepted uploads ``[m, ...]``.
 
-        FedAvg: ``sum_j (n_j / sum_k n_k) theta_j`` over the senders (FedDyn overrides this). The
-        :attr:`server_optimizer` then steps from it.
+        FedAvg: the :attr:`aggregator` of the uploads with the senders' rows ``n_j`` as weights and
+        the model sent last round as reference; by default ``sum_j (n_j / sum_k n_k) theta_j``
+        (FedDyn and BNNFedAvg override this). The :attr:`server_optimizer` then steps from it.
 
         Args:
             uploaded: Decoded uploads of the accepted senders, stacked in ``senders`` order.
             senders: Center ids ``[m]`` of those uploads.
             ctx: The round.
         """
-        return weighted_average(uploaded, sample_weights(self.n_train[senders]))
+        return self.aggregator(uploaded, self.n_train[senders], self.last_sent)

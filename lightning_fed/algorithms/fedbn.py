@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from lightning_fed.aggregation.robust import Aggregator
 from lightning_fed.aggregation.server_optimizer import ServerOptimizer
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.models.base import CenterModule
@@ -56,13 +57,20 @@ class FedBN(FedAvg):
     Args:
         personal_layers: Head layers kept local as well (0: only the normalization layers).
         server_optimizer: The server's step on the shared parameters (as :class:`FedAvg`).
+        aggregator: How the server combines the shared parameters (as :class:`FedAvg`; default the
+            weighted mean).
 
     Raises:
         ValueError: At setup, if the model has no normalization layer with parameters.
     """
 
-    def __init__(self, personal_layers: int = 0, server_optimizer: ServerOptimizer | None = None) -> None:
-        super().__init__(personal_layers, server_optimizer=server_optimizer)
+    def __init__(
+        self,
+        personal_layers: int = 0,
+        server_optimizer: ServerOptimizer | None = None,
+        aggregator: Aggregator | None = None,
+    ) -> None:
+        super().__init__(personal_layers, server_optimizer=server_optimizer, aggregator=aggregator)
 
     def local_names(self, module: CenterModule) -> tuple[str, ...]:
         names = norm_parameter_names(module)

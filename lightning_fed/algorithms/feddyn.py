@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.robust import Aggregator, refuse_aggregator
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
@@ -72,9 +73,14 @@ class FedDyn(FedAvg):
     Args:
         alpha: Regularization weight (the paper uses 0.01-0.1; default 0.01).
         personal_layers: Head layers kept local.
+        aggregator: Refused (one line) unless None: FedDyn's server model is its own rule (module
+            docstring), not an aggregate of the uploads a robust aggregator could replace.
     """
 
-    def __init__(self, alpha: float = 0.01, personal_layers: int = 0) -> None:
+    def __init__(
+        self, alpha: float = 0.01, personal_layers: int = 0, aggregator: Aggregator | None = None
+    ) -> None:
+        refuse_aggregator("FedDyn", aggregator, "its server model is the upload mean corrected by h / alpha")
         super().__init__(personal_layers)
         self.alpha = check_number("algorithm.alpha", alpha, 0.0, strict=True)
 

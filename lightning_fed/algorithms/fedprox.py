@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lightning_fed.aggregation.robust import Aggregator
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.engine.objective import LocalTerm, TermBatch, squared_distance
 from lightning_fed.validation import check_number
@@ -41,10 +42,17 @@ class FedProx(FedAvg):
         mu: Proximal weight (the FedProx paper tunes it in {0.001, 0.01, 0.1, 1}; default 0.01).
         personal_layers: Head layers kept local.
         momentum: Server-side EMA momentum (as :class:`FedAvg`).
+        aggregator: How the server combines the uploads (as :class:`FedAvg`; default the weighted mean).
     """
 
-    def __init__(self, mu: float = 0.01, personal_layers: int = 0, momentum: float = 0.0) -> None:
-        super().__init__(personal_layers, momentum)
+    def __init__(
+        self,
+        mu: float = 0.01,
+        personal_layers: int = 0,
+        momentum: float = 0.0,
+        aggregator: Aggregator | None = None,
+    ) -> None:
+        super().__init__(personal_layers, momentum, aggregator=aggregator)
         self.mu = check_number("algorithm.mu", mu, 0.0, strict=False)
 
     def local_term(self) -> LocalTerm:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lightning_fed.aggregation.robust import Aggregator
 from lightning_fed.aggregation.server_optimizer import ServerOptimizer
 from lightning_fed.algorithms.fedavg import FedAvg
 from lightning_fed.data.center import FederatedData
@@ -44,15 +45,20 @@ class FedRep(FedAvg):
         head_epochs: Local epochs of the head phase per round (paper: 10; default 1).
         personal_layers: Head layers (>= 1; default 1, the classifier layer).
         server_optimizer: The server's step on the bodies (as :class:`FedAvg`).
+        aggregator: How the server combines the bodies (as :class:`FedAvg`; default the weighted mean).
 
     Raises:
         ValueError: If ``personal_layers`` < 1 (FedRep without a head is FedAvg) or ``head_epochs`` < 1.
     """
 
     def __init__(
-        self, head_epochs: int = 1, personal_layers: int = 1, server_optimizer: ServerOptimizer | None = None
+        self,
+        head_epochs: int = 1,
+        personal_layers: int = 1,
+        server_optimizer: ServerOptimizer | None = None,
+        aggregator: Aggregator | None = None,
     ) -> None:
-        super().__init__(personal_layers, server_optimizer=server_optimizer)
+        super().__init__(personal_layers, server_optimizer=server_optimizer, aggregator=aggregator)
         if self.personal_layers < 1:
             raise ValueError(
                 "algorithm.personal_layers must be >= 1 for FedRep (the head it trains first and keeps "
