@@ -28,6 +28,7 @@ from torch import Tensor
 
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.engine.objective import LocalTerm
+from lightning_fed.engine.schedule import check_schedule
 from lightning_fed.engine.training_step import overrides_training_step
 from lightning_fed.models.base import CenterModule, RowStreams
 
@@ -124,6 +125,7 @@ class Engine(ABC):
                 "adds a term on the representation of the same forward pass, which a training_step does "
                 "not expose; use the built-in loss (remove training_step) or another algorithm"
             )
+        check_schedule([len(y) for _, y in train], batch_size, epochs, None if steps is None else int(steps))
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
         self.local_steps = None if steps is None else int(steps)
         self.local_term = local_term

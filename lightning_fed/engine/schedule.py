@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lightning_fed.seeding import torch_generator
 
-__all__ = ["center_batches", "steps_per_round"]
+__all__ = ["MAX_SCHEDULE_ENTRIES", "center_batches", "check_schedule", "steps_per_round"]
 
 
 def steps_per_round(n_train: int, batch_size: int, epochs: int, steps: int | None = None) -> int:
@@ -27,6 +27,36 @@ def steps_per_round(n_train: int, batch_size: int, epochs: int, steps: int | Non
     if n_train == 0:
         return 0
     return int(steps) if steps is not None else epochs * math.ceil(n_train / batch_size)
+
+
+#: Most entries one center's round schedule (``[steps, batch_size]`` int64, :func:`center_batches`) may
+#: hold: 2^28 entries are 2 GiB, more than any sensible setting needs (230 centers at the paper's
+#: setting hold at most a few thousand each).
+MAX_SCHEDULE_ENTRIES = 2**28
+
+
+def check_schedule(sizes: list[int], batch_size: int, epochs: int, steps: int | None = None) -> None:
+    """Refuse, in one line naming the settings, a round whose batch schedule cannot be built.
+
+    The schedule of the largest center is ``steps_per_round(n) x batch_size`` int64 entries
+    (:func:`center_batches`); past :data:`MAX_SCHEDULE_ENTRIES` the allocation would fail with a
+    traceback (``trainer.batch_size=1e12``) or the round would never end (``trainer.local_epochs=1e9``).
+
+    Raises:
+        ValueError: ``trainer.batch_size`` / ``trainer.local_epochs`` / ``trainer.local_steps`` too large.
+    """
+    if not sizes:
+        return
+    n = max(int(x) for x in sizes)
+    total = steps_per_round(n, batch_size, epochs, steps)
+    width = min(batch_size, MAX_SCHEDULE_ENTRIES + 1)
+    if width > MAX_SCHEDULE_ENTRIES or total * width > MAX_SCHEDULE_ENTRIES:
+        knob = "trainer.local_steps" if steps is not None else "trainer.local_epochs"
+        raise ValueError(
+            f"trainer.batch_size={batch_size} with {knob}={steps if steps is not None else epochs} gives the "
+            f"largest center ({n} training rows) {total} batches of {batch_size} rows per round, more than "
+            f"{MAX_SCHEDULE_ENTRIES} scheduled rows: lower them (a batch_size above {n} trains full-batch)"
+        )
 
 
 def center_batches(

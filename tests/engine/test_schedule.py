@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lightning_fed.engine.schedule import center_batches, steps_per_round
+from lightning_fed.engine.schedule import center_batches, check_schedule, steps_per_round
 from lightning_fed.types import TrainerConfig
 
 
@@ -28,3 +28,34 @@ def test_local_steps_is_validated() -> None:
     assert TrainerConfig(local_steps=10).local_steps == 10 and TrainerConfig().local_steps is None
     with pytest.raises(ValueError, match=r"trainer\.local_steps must be >= 1"):
         TrainerConfig(local_steps=0)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "epochs", "steps", "named"),
+    [
+        (10**12, 2, None, r"trainer\.batch_size=1000000000000 with trainer\.local_epochs=2"),
+        (128, 10**9, None, r"trainer\.local_epochs=1000000000 gives the largest center \(236"),
+        (128, 1, 10**9, r"trainer\.local_steps=1000000000"),
+    ],
+)
+def test_a_schedule_too_large_to_build_is_refused_in_one_line(
+    batch_size: int, epochs: int, steps: int | None, named: str
+) -> None:
+    """Issue 32 item 5: ``trainer.batch_size=1e12`` ended in an allocator traceback and
+    ``local_epochs=1e9`` in a round that never ends; both engines' ``setup`` refuse them first."""
+    from lightning_fed.engine.packed import PackedEngine
+    from lightning_fed.engine.sequential import SequentialEngine
+    from lightning_fed.models import MortalityMLP
+
+    train = [(torch.zeros(n, 4), torch.zeros(n)) for n in (236, 12)]
+    for engine in (PackedEngine(), SequentialEngine()):
+        with pytest.raises(ValueError, match=named) as err:
+            engine.setup(
+                MortalityMLP(4, hidden=[2]), train, batch_size=batch_size, epochs=epochs, seed=0, steps=steps
+            )
+        assert "\n" not in str(err.value)
+    check_schedule([236, 12], 10**6, 2)  # full batch at any sensible size is legal
+
+
+def test_an_empty_federation_has_nothing_to_schedule() -> None:
+    check_schedule([], 10**12, 10**9)
