@@ -80,7 +80,8 @@ class Wire:
             default, the behaviour of before it existed) keeps the ratio test for every message.
 
     Raises:
-        ValueError: When ``max_norm_ratio`` is not ``> 0``.
+        ValueError: When ``max_norm_ratio`` is not ``>= 1`` (issue 32 item 5: ``1e-9`` turned every run into
+            a silent local-only run).
     """
 
     def __init__(
@@ -91,8 +92,12 @@ class Wire:
         max_norm_ratio: float = MAX_NORM_RATIO,
         norm_bound: NormBound | None = None,
     ) -> None:
-        if not max_norm_ratio > 0:
-            raise ValueError(f"wire.max_norm_ratio must be > 0, got {max_norm_ratio}")
+        if not max_norm_ratio >= 1:  # NaN fails too
+            raise ValueError(
+                f"wire.max_norm_ratio must be >= 1 (inf: no ratio test), got {max_norm_ratio}: below 1 it "
+                "rejects every message longer than its reference (the receiver's own model, or the median "
+                "upload), at least about half the honest ones"
+            )
         self.hook = hook if hook is not None else IdentityHook()
         self.ledger = ledger if ledger is not None else Ledger()
         self.faults = faults

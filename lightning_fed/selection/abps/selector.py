@@ -81,8 +81,11 @@ class BayesianSelector(PartnerSelector):
             raise ValueError(f"{SELECTOR_KEY}.epsilon must be in [0, 1), got {epsilon}")
         if gamma < 0:
             raise ValueError(f"{SELECTOR_KEY}.gamma must be >= 0, got {gamma}")
-        if tau_acc < 0:
-            raise ValueError(f"{SELECTOR_KEY}.tau_acc must be >= 0, got {tau_acc}")
+        if not 0 <= tau_acc <= 1:  # NaN fails too
+            raise ValueError(
+                f"{SELECTOR_KEY}.tau_acc must be in [0, 1] (the clipped-credit scale, Eq. 5; 0.5: phi = 0),"
+                f" got {tau_acc}: above 1 a peer accepts only while its exploration bonus lasts, then nobody"
+            )
         if alpha0 <= 0 or beta0 <= 0:
             raise ValueError(f"{SELECTOR_KEY}.alpha0 and beta0 must be > 0, got {alpha0}, {beta0}")
         if phi_min >= phi_max:
