@@ -18,11 +18,10 @@ from lightning_fed.reporting.runs import RunRecord
 from lightning_fed.reporting.spec import TableSpec
 from lightning_fed.reporting.tables.table1 import DEFAULT_REFERENCE
 
-__all__ = ["center_rows", "centers_markdown", "spec"]
+__all__ = ["SUPPORT_COLUMNS", "center_rows", "centers_markdown", "spec"]
 
-_COLUMNS = (
-    "center",
-    "name",
+#: The support and interval columns of one center's test split (``centers.parquet``, ``holdout.parquet``).
+SUPPORT_COLUMNS = (
     "n_train",
     "test_n",
     "test_positives",
@@ -33,6 +32,7 @@ _COLUMNS = (
     "test_auroc_fragile",
     "test_robust",
 )
+_COLUMNS = ("center", "name", *SUPPORT_COLUMNS)
 
 
 def center_rows(records: Sequence[RunRecord], method: str | None) -> pl.DataFrame:

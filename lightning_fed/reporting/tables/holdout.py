@@ -43,24 +43,12 @@ from lightning_fed.render import markdown_table, number
 from lightning_fed.reporting.runs import RunRecord
 from lightning_fed.reporting.spec import TableSpec
 from lightning_fed.reporting.stats import center_paired_comparison, paired_comparison
+from lightning_fed.reporting.tables.centers import SUPPORT_COLUMNS
 from lightning_fed.reporting.tables.table1 import DEFAULT_REFERENCE
 
 __all__ = ["holdout_markdown", "holdout_rows", "spec"]
 
-_COLUMNS = (
-    "center",
-    "name",
-    "steps",
-    "n_train",
-    "test_n",
-    "test_positives",
-    "test_negatives",
-    "test_auroc",
-    "test_auroc_low",
-    "test_auroc_high",
-    "test_auroc_fragile",
-    "test_robust",
-)
+_COLUMNS = ("center", "name", "steps", *SUPPORT_COLUMNS)
 
 
 def holdout_rows(records: Sequence[RunRecord]) -> pl.DataFrame:
