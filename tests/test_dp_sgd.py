@@ -55,7 +55,9 @@ def test_noisy_sum_is_the_clipped_mean_plus_seeded_gaussian_noise() -> None:
 
 
 def test_epsilon_equals_dp_accountings_own_computation() -> None:
-    import dp_accounting
+    dp_accounting = pytest.importorskip(
+        "dp_accounting", reason="dp-accounting is the optional 'privacy' extra: pip install -e '.[privacy]'"
+    )
 
     sigma, q, steps, delta = 1.1, 128 / 6000, 940, 1e-5
     event = dp_accounting.SelfComposedDpEvent(
