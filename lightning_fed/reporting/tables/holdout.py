@@ -39,10 +39,10 @@ from collections.abc import Sequence
 import polars as pl
 
 from lightning_fed.holdout_keys import holdout_key
-from lightning_fed.render import markdown_table, number
+from lightning_fed.render import markdown_table, mean_sd, number
 from lightning_fed.reporting.runs import RunRecord
 from lightning_fed.reporting.spec import TableSpec
-from lightning_fed.reporting.stats import center_paired_comparison, paired_comparison
+from lightning_fed.reporting.stats import center_paired_comparison, mean_sd_by, paired_comparison
 from lightning_fed.reporting.tables.centers import SUPPORT_COLUMNS
 from lightning_fed.reporting.tables.table1 import DEFAULT_REFERENCE
 
@@ -74,7 +74,14 @@ def holdout_rows(records: Sequence[RunRecord]) -> pl.DataFrame:
 
 
 def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """A summary number as a float; None for a missing, non-numeric or NaN value."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    return float(value)
+
+
+#: The per-run averages shown as mean ± SD over seeds (``_per_run`` columns).
+_AVERAGES = ("auroc_mean", "auroc_robust", "pooled")
 
 
 def _per_run(rows: pl.DataFrame) -> pl.DataFrame:
@@ -96,18 +103,6 @@ def _per_run(rows: pl.DataFrame) -> pl.DataFrame:
         )
         .sort(["method", "steps", "seed", "run"])
     )
-
-
-def _mean_sd(values: Sequence[float | None], spec: str = ".3f") -> str:
-    """``mean ± SD`` (sample SD) of the non-missing ``values``; the mean alone with one; ``-`` with none."""
-    kept = [v for v in values if v is not None and not math.isnan(v)]
-    if not kept:
-        return "-"
-    mean = sum(kept) / len(kept)
-    if len(kept) == 1:
-        return f"{mean:{spec}}"
-    sd = math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1))
-    return f"{mean:{spec}} ± {sd:{spec}}"
 
 
 def _mean(values: Sequence[float]) -> str:
@@ -158,15 +153,16 @@ def _summary_part(rows: pl.DataFrame, ref: str | None) -> str:
     header += [f"Δ vs {ref}, by center", f"Δ vs {ref}, by seed"] if ref else []
     body = []
     for (method, steps), group in runs.group_by(["method", "steps"], maintain_order=True):
+        stats = mean_sd_by(group, ["method", "steps"], _AVERAGES).row(0, named=True)
         cells = [
             str(method),
             str(steps),
             str(group["seed"].n_unique()),
             _mean(group["centers"].to_list()),
             f"{_mean(group['test_n'].to_list())} ({_mean(group['events'].to_list())})",
-            _mean_sd(group["auroc_mean"].to_list()),
-            f"{_mean_sd(group['auroc_robust'].to_list())} ({_mean(group['robust_centers'].to_list())})",
-            _mean_sd(group["pooled"].to_list()),
+            mean_sd(stats, "auroc_mean", ".3f"),
+            f"{mean_sd(stats, 'auroc_robust', '.3f')} ({_mean(group['robust_centers'].to_list())})",
+            mean_sd(stats, "pooled", ".3f"),
             _mean(group["undefined"].to_list()),
             _mean(group["fragile"].to_list()),
         ]
