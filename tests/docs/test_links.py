@@ -53,6 +53,14 @@ def test_every_relative_link_resolves(page: Path) -> None:
 def test_the_readme_is_a_guide_with_the_quickstart_commands() -> None:
     readme = (ROOT / "README.md").read_text()
     assert "pip install -e . && lightning-fed fit --config configs/quickstart.yaml" in readme
-    assert 'pip install -e ".[dev]" && python -m pytest -q' in readme
+    assert 'pip install -e ".[dev]" && python -m pytest -q -n 2' in readme
     assert (ROOT / "configs" / "quickstart.yaml").is_file()
     assert len(readme.splitlines()) <= 300
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    """`.ci/run` installs the dev extras and runs exactly the README's pytest command (CI runs what a
+    contributor is told to run, workers included)."""
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert 'python -m pip install -q -e ".[dev]"' in ci
+    assert "python -m pytest -q -n 2" in ci
