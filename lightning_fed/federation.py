@@ -173,6 +173,8 @@ class Federation:
         self._setup()
 
     def _setup(self) -> None:
+        if self.wire.faults is not None:
+            self.wire.faults.check_rounds(self.trainer.rounds)
         self.data = self.algorithm.prepare(self.data)
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(self.seed, "init"))
