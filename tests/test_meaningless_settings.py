@@ -67,3 +67,34 @@ def test_a_fault_plan_past_the_last_round_is_refused(plan: dict) -> None:
         build(5)
     assert "\n" not in str(err.value)
     assert build(10).round == 0  # a plan reaching into the run is legal
+
+
+def test_every_center_diverging_is_warned_once_and_counted(capsys: pytest.CaptureFixture[str]) -> None:
+    """lr=1e30: Adam's first step moves every weight by ~1e30, every center's loss is Inf/NaN every
+    round and is rolled back, so the model never trains. On main the run ended with exit 0 and
+    nothing but diverged_center_rounds = 3 x 3 in its summary; now one warning line (once, not per
+    round) and all_diverged_rounds = 3. A sane rate gives neither."""
+    from lightning.fabric import Fabric
+
+    from lightning_fed.algorithms import FedAvg
+    from lightning_fed.federation import Federation
+    from lightning_fed.models import MortalityMLP
+    from lightning_fed.types import TrainerConfig
+    from tests.conftest import make_federation
+
+    def fit(lr: float) -> dict:
+        return Federation(
+            make_federation([30, 20, 25]),
+            MortalityMLP(hidden=(4,), lr=lr),
+            FedAvg(),
+            TrainerConfig(rounds=3, local_epochs=1, batch_size=16),
+            fabric=Fabric(accelerator="cpu", devices=1),
+        ).fit()
+
+    summary = fit(1e30)
+    assert summary["all_diverged_rounds"] == 3 and summary["diverged_center_rounds"] == 9
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        "lightning-fed: warning: round 0: every center's local training diverged"
+    )
+    assert fit(1e-3)["all_diverged_rounds"] == 0 and capsys.readouterr().err == ""

@@ -203,6 +203,12 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         f"{summary['test_auroc_pooled']:.4f} | "
         f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
     )
+    if summary.get("all_diverged_rounds"):  # the model never (or seldom) trained: say so last
+        say(
+            f"lightning-fed: warning: every center diverged in {summary['all_diverged_rounds']} of "
+            f"{summary['rounds']} rounds ({summary['diverged_center_rounds']} center-rounds rolled back): "
+            "these numbers are not a trained model's; lower the learning rate"
+        )
     for logger in loggers:
         logger.experiment.finish()
     mark("exit")
