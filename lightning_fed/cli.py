@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from importlib import import_module
 from typing import Any
 
+from lightning_fed.io import OutputWriteError
 from lightning_fed.processes import die_with_sweep, fail, interrupt_code, signals_as_interrupts
 from lightning_fed.startup import STARTUP_LOG_ENV, mark
 
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         except KeyboardInterrupt:  # a command without its own interrupt handling (fit has one)
             print(f"lightning-fed: {name} interrupted", file=sys.stderr)
             raise SystemExit(interrupt_code()) from None
+        except OutputWriteError as err:  # a full disk or a read-only folder: one line, outputs intact
+            fail(str(err))
 
 
 if __name__ == "__main__":

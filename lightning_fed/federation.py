@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 import time
 from contextlib import nullcontext
 from typing import Any
@@ -165,6 +166,9 @@ class Federation:
         self.held_out: Any = None
         #: Center-rounds whose local training diverged and was rolled back.
         self.diverged_total = 0
+        #: Rounds in which every center that trained diverged (nothing learned that round; the first
+        #: one prints a one-line warning: :meth:`_fault_stats`).
+        self.all_diverged_rounds = 0
         #: Whether :meth:`Algorithm.finish` has run (a resumed finished run does not rerun it).
         self.finished = False
         #: Wall seconds of the fit segments before this one (a resumed run carries them on).
@@ -173,6 +177,8 @@ class Federation:
         self._setup()
 
     def _setup(self) -> None:
+        if self.wire.faults is not None:
+            self.wire.faults.check_rounds(self.trainer.rounds)
         self.data = self.algorithm.prepare(self.data)
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(self.seed, "init"))
@@ -518,6 +524,9 @@ class Federation:
         bound = self.wire.norm_bound
         self.diverged_total += n_diverged
         sampled = self.participants(r)
+        trained = (diverged.numel() if sampled is None else int(sampled.sum())) if diverged is not None else 0
+        if n_diverged and n_diverged == trained:
+            self._all_diverged(r)
         return {
             "unavailable_centers": int((~self.wire.reachable(r, self.data.num_centers)).sum()),
             "rejected_payloads": self.wire.rejected_in(r),
@@ -525,6 +534,21 @@ class Federation:
             **({} if sampled is None else {"sampled_centers": int(sampled.sum())}),
             **({} if bound is None else {"clipped_payloads": bound.clipped.get(r, 0)}),
         }
+
+    def _all_diverged(self, r: int) -> None:
+        """Count a round in which every center that trained diverged; warn in one line (rank 0) the
+        first time. A warning, not a refusal: divergence depends on the data and the round (a rate
+        that diverges early may settle once a schedule lowers it), and the run stays well defined,
+        its models rolled back to the round's start. ``summary.json`` records the count
+        (``all_diverged_rounds``) and ``report`` shows the diverged center-rounds per method."""
+        self.all_diverged_rounds += 1
+        if self.all_diverged_rounds == 1 and self.fabric.is_global_zero:
+            print(
+                f"lightning-fed: warning: round {r}: every center's local training diverged (NaN/Inf) and "
+                "was rolled back, so no model learned this round: lower the learning rate (e.g. "
+                "model.init_args.lr); summary.json counts such rounds in all_diverged_rounds",
+                file=sys.stderr,
+            )
 
     @staticmethod
     def _round_scalars(result: RoundResult) -> dict[str, float]:
@@ -636,6 +660,7 @@ class Federation:
             "wall_seconds": wall_seconds,
             "rejected_payloads": self.wire.rejected_total(),
             "diverged_center_rounds": self.diverged_total,
+            "all_diverged_rounds": self.all_diverged_rounds,
             **(
                 {} if (nb := self.wire.norm_bound) is None else {"clipped_payloads": sum(nb.clipped.values())}
             ),
@@ -727,7 +752,11 @@ class Federation:
             "engine": self.engine.state_dict(),
             "algorithm": self.algorithm.state_dict(),
             "ledger": self.wire.ledger.state_dict(),
-            "faults": {"rejected": dict(self.wire.rejected), "diverged": self.diverged_total},
+            "faults": {
+                "rejected": dict(self.wire.rejected),
+                "diverged": self.diverged_total,
+                "all_diverged": self.all_diverged_rounds,
+            },
             **({"norm_bound": self.wire.norm_bound.state_dict()} if self.wire.norm_bound is not None else {}),
             "wall_seconds": self.wall_seconds,
         }
@@ -743,6 +772,7 @@ class Federation:
         faults = state.get("faults", {})
         self.wire.rejected = {int(r): int(n) for r, n in faults.get("rejected", {}).items()}
         self.diverged_total = int(faults.get("diverged", 0))
+        self.all_diverged_rounds = int(faults.get("all_diverged", 0))
         if self.wire.norm_bound is not None and "norm_bound" in state:
             self.wire.norm_bound.load_state_dict(state["norm_bound"])
         self._wall_before = float(state.get("wall_seconds", 0.0))

@@ -152,6 +152,18 @@ class FitParser(ArgumentParser):
     (:func:`fold_wire_aliases`), so every caller (``fit``, ``test``, ``refer``, ``data describe``,
     scripts) sees the ``wire`` group only."""
 
+    def error(self, message: str, ex: Exception | None = None) -> Any:
+        """jsonargparse's error, except the errors :mod:`lightning_fed` words in one line (an
+        ``aggregator`` key on a method without one: :func:`~lightning_fed.algorithms.aggregator_key.
+        unaccepted_aggregator`), which end the command with that line and exit 2."""
+        if self.exit_on_error:
+            from lightning_fed.algorithms.aggregator_key import unaccepted_aggregator
+
+            line = unaccepted_aggregator(message)
+            if line is not None:
+                fail(line)
+        return super().error(message, ex)
+
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:
         """Parse as jsonargparse does, then fold the aliases (a conflict: one line, exit 2)."""
         cfg = super().parse_args(*args, **kwargs)

@@ -1,7 +1,10 @@
 """Atomic file writes: an interrupted run never leaves a half-written output.
 
 Each writer writes to a temporary file in the destination folder and ``os.replace``-s it over the
-target, which is atomic on POSIX file systems.
+target, which is atomic on POSIX file systems. A write that fails (a full disk, a folder that became
+read-only) removes its temporary file, leaves the previous target as it was, and raises
+:class:`OutputWriteError`, whose message is the one line the CLI prints (``lightning-fed: error:
+cannot write PATH: No space left on device; ...``) instead of a traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +19,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "save_torch", "write_json", "write_text"]
+__all__ = ["OutputWriteError", "atomic_path", "save_torch", "write_json", "write_text"]
+
+
+class OutputWriteError(OSError):
+    """An output file that could not be written; the message is the one line to show."""
+
+    def __init__(self, target: Path, reason: str) -> None:
+        super().__init__(
+            f"cannot write {target}: {reason}; the previous {target.name} (if any) is intact: free space "
+            f"on that disk or make {target.parent} writable, then run the command again (an interrupted "
+            f"fit: lightning-fed fit --resume {target.parent})"
+        )
+        self.target = target
 
 
 @contextmanager
@@ -38,8 +53,18 @@ def atomic_path(target: str | Path) -> Iterator[Path]:
 
 
 def _write(target: str | Path, writer: Callable[[Path], Any]) -> Path:
-    with atomic_path(target) as tmp:
-        writer(tmp)
+    """Write ``target`` atomically through ``writer(tmp)``.
+
+    Raises:
+        OutputWriteError: When the file system refuses the write (``OSError``, e.g. ``ENOSPC``).
+    """
+    try:
+        with atomic_path(target) as tmp:
+            writer(tmp)
+    except OutputWriteError:
+        raise
+    except OSError as err:
+        raise OutputWriteError(Path(target), err.strerror or str(err)) from err
     return Path(target)
 
 
@@ -77,7 +102,20 @@ def write_json(target: str | Path, obj: Any) -> Path:
 
 
 def save_torch(target: str | Path, obj: Any) -> Path:
-    """``torch.save`` atomically."""
+    """``torch.save`` atomically.
+
+    Raises:
+        OutputWriteError: Also when torch's zip writer reports a failed write (it raises a
+            ``RuntimeError`` "PytorchStreamWriter failed writing file ...", e.g. on a full disk).
+    """
     import torch
 
-    return _write(target, lambda p: torch.save(obj, p))
+    def save(path: Path) -> None:
+        try:
+            torch.save(obj, path)
+        except RuntimeError as err:
+            if "PytorchStreamWriter" not in str(err):
+                raise
+            raise OutputWriteError(Path(target), "the write failed (is the disk full?)") from err
+
+    return _write(target, save)

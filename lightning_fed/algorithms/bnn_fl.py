@@ -102,6 +102,9 @@ class BNNFedAvg(FedAvg):
             (``mu`` and ``rho`` together), which no coordinate-wise robust aggregator preserves.
     """
 
+    #: It takes ``aggregator`` only to refuse it (``fit`` lists the methods that use one).
+    refuses_aggregator = True
+
     def __init__(
         self,
         variance: VarianceRule | None = None,

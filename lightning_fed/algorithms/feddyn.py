@@ -77,6 +77,9 @@ class FedDyn(FedAvg):
             docstring), not an aggregate of the uploads a robust aggregator could replace.
     """
 
+    #: It takes ``aggregator`` only to refuse it (``fit`` lists the methods that use one).
+    refuses_aggregator = True
+
     def __init__(
         self, alpha: float = 0.01, personal_layers: int = 0, aggregator: Aggregator | None = None
     ) -> None:

@@ -187,6 +187,25 @@ class FaultInjection:
         ]
         return min(rounds) if rounds else None
 
+    def check_rounds(self, rounds: int) -> None:
+        """Refuse a plan that never acts within the run's ``rounds`` rounds (0-based ``0 .. rounds-1``).
+
+        A refusal rather than a warning: such a run trains exactly as a clean one (nothing is
+        corrupted, no center is missing, nobody attacks), yet its config and label say it was run
+        under faults, so its results would be filed as a faulty run's. A plan that reaches into the
+        run only in part is legal (its later rounds serve a longer or resumed run) and passes.
+
+        Raises:
+            ValueError: When every round the plan names lies at or past ``rounds``.
+        """
+        first = self.first_round()
+        if first is not None and first >= rounds:
+            raise ValueError(
+                f"wire.faults: the plan first acts in round {first} but the run has trainer.rounds={rounds} "
+                f"(rounds 0-{rounds - 1}), so it would be a clean run: move the plan's rounds below "
+                f"{rounds} or raise trainer.rounds"
+            )
+
     def flipped(self, round_idx: int) -> set[int]:
         """Centers that train on flipped labels in ``round_idx`` (``label_flip`` attacks)."""
         return {

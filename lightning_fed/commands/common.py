@@ -89,6 +89,9 @@ def build_federation(init: Any, fabric: Any) -> Any:
 
     try:
         metrics = resolve_metrics(getattr(init, "metrics", None))  # a bad entry fails before the data
+        wire = wire_from(init)
+        if wire.faults is not None:  # a plan that never acts fails before the data (also in Federation)
+            wire.faults.check_rounds(init.trainer.rounds)
         data = init.data.build(init.seed)
         mark("data")
         settings = getattr(init, "evaluation", None)  # evaluation.holdout_centers (lightning_fed.holdout)
@@ -102,7 +105,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
             init.trainer,
             fabric=fabric,
             seed=init.seed,
-            wire=wire_from(init),
+            wire=wire,
             metrics=metrics,
         )
         federation.held_out = held_out

@@ -27,9 +27,12 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
 
     Nothing is written until the config, the data and the federation have been built without error.
     The fit holds the run folder (:class:`~lightning_fed.runfolder.session.RunFolder`) from the
-    first check to the last write: a second writer fails at once, naming this one.
+    first check to the last write: a second writer fails at once, naming this one. When the command
+    line names the folder (``output.name``, ``--resume``), a busy folder is refused before the config
+    parse (:mod:`~lightning_fed.runfolder.early`), in a fraction of the parse's seconds.
     """
-    from lightning_fed.fit_parser import fit_parser
+    from lightning_fed.runfolder.early import named_run_folder
+    from lightning_fed.runfolder.lock import RunFolderBusyError, RunLock
     from lightning_fed.runfolder.session import (
         RunFolder,
         RunFolderError,
@@ -43,6 +46,14 @@ def fit(argv: Sequence[str]) -> dict[str, Any]:
         argv, resume = resume_argv(argv)
         if resume is not None and overwrite:
             fail("--resume continues a run and --overwrite starts it again: give one of them")
+        named = named_run_folder(argv, resume)
+        if named is not None and not launched():
+            try:
+                RunLock.check(named)  # before the parse: a busy folder is refused at once
+            except RunFolderBusyError as err:
+                fail(str(err))
+        from lightning_fed.fit_parser import fit_parser
+
         if not launched() and logger_enabled_hint(argv):  # rank 0 alone logs
             preimport_wandb()
         parser = fit_parser()
@@ -203,6 +214,12 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         f"{summary['test_auroc_pooled']:.4f} | "
         f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
     )
+    if summary.get("all_diverged_rounds"):  # the model never (or seldom) trained: say so last
+        say(
+            f"lightning-fed: warning: every center diverged in {summary['all_diverged_rounds']} of "
+            f"{summary['rounds']} rounds ({summary['diverged_center_rounds']} center-rounds rolled back): "
+            "these numbers are not a trained model's; lower the learning rate"
+        )
     for logger in loggers:
         logger.experiment.finish()
     mark("exit")

@@ -78,12 +78,11 @@ def refer(argv: Sequence[str]) -> Any:
     routers = instantiate(cli, args).routers
     if args.max_hops is not None and args.max_hops < 0:
         fail(f"--max-hops must be >= 0, got {args.max_hops}")
-    for folder in args.baselines:
+    # Every named folder is checked before anything is created (the output lock makes --out).
+    for flag, folder in [("--run-dir", args.run_dir), *(("--baselines", b) for b in args.baselines)]:
         for needed in ("config.yaml", "checkpoint.pt"):
             if not (Path(folder) / needed).is_file():
-                fail(
-                    f"--baselines {folder}: no {needed} there (is it a finished 'lightning-fed fit' folder?)"
-                )
+                fail(f"{flag} {folder}: no {needed} there (is it a finished 'lightning-fed fit' folder?)")
 
     from lightning_fed.referral.run import refer_run
 

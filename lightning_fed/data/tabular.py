@@ -12,7 +12,10 @@ split).
   file's order. Columns in ``categorical`` are one-hot encoded (missing = ``unknown``, levels with
   fewer than ``rare_count`` rows -> ``other``); every other feature must be numeric (missing = NaN,
   imputed per center). A numeric column whose values are all 0/1 is left as it is; any other is
-  standardized per center.
+  standardized per center. A feature missing in every labelled row is refused (imputing it would
+  add a constant column and an always-on missingness indicator that the model cannot learn from).
+* Column names must be unique: a CSV header naming a column twice is refused (a CSV reader would
+  otherwise keep one of them under the name and rename the other).
 * Label: 0/1 (or true/false); rows with a missing label are dropped.
 * Centers: the ``center`` column, or several joined with a space. Rows with a missing center id (in
   any of the center columns) are dropped with a warning that gives their count: they belong to no
@@ -74,6 +77,14 @@ def _looks_missing(value: str) -> bool:
     """Whether a non-numeric cell looks like a missing-value marker (``?``, ``-``, ``.``, ``N/A``, ...)."""
     text = value.strip()
     return (len(text) <= 3 and not any(ch.isalnum() for ch in text)) or text.lower() in _MISSING_WORDS
+
+
+def _all_missing(column: str, path: str) -> str:
+    """The refusal of a feature that is missing in every labelled row."""
+    return (
+        f"Tabular: feature {column!r} is missing in every labelled row of {path!r}: drop it from the file "
+        "or leave it out of features"
+    )
 
 
 def _not_numeric(column: pl.Series) -> str:
@@ -181,7 +192,30 @@ class Tabular(TableSource):
             raise ValueError(f"Tabular: {self.path!r} is empty (no header, no rows)") from err
         except (pl.exceptions.PolarsError, OSError) as err:
             raise ValueError(f"Tabular: cannot read {self.path!r}: {str(err).splitlines()[0]}") from err
+        if not path.name.lower().endswith((".parquet", ".pq")):
+            self._check_unique_header(path)
         return frame
+
+    def _check_unique_header(self, path: Path) -> None:
+        """Refuse a CSV header that names a column twice (polars keeps the first under the name and
+        renames the second ``<name>_duplicated_0``, so a ``features`` entry would silently read one)."""
+        import csv
+        import gzip
+
+        opener = gzip.open if path.name.lower().endswith(".gz") else open
+        try:
+            with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as handle:
+                header = next(csv.reader(handle), [])
+        except (OSError, csv.Error):
+            return  # polars read it; nothing more to learn from the header
+        seen: set[str] = set()
+        for name in header:
+            if name in seen:
+                raise ValueError(
+                    f"Tabular: column {name!r} appears {header.count(name)} times in the header of "
+                    f"{self.path!r}: rename or drop the duplicates"
+                )
+            seen.add(name)
 
     def _drop_missing_centers(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Drop (with a warning) the rows whose center id is missing in any center column."""
@@ -276,6 +310,8 @@ class Tabular(TableSource):
                 frame = frame.with_columns(pl.col(c).cast(pl.Float64, strict=True))
             except pl.exceptions.PolarsError as err:
                 raise ValueError(_not_numeric(frame[c])) from err
+            if int((frame[c].is_null() | frame[c].is_nan()).sum()) == frame.height:
+                raise ValueError(_all_missing(c, self.path))
             infinite = int(frame[c].is_infinite().sum())
             if infinite:
                 raise ValueError(
@@ -306,6 +342,8 @@ class Tabular(TableSource):
         continuous: list[str] = []
         for c in features:
             if c in self.categorical:
+                if frame[c].null_count() == frame.height:
+                    raise ValueError(_all_missing(c, self.path))
                 frame, cols = one_hot(frame, c, c, min_count=self.rare_count)
                 names += cols
             else:

@@ -54,6 +54,34 @@ class RunLock:
             text = ""
         return text or "an unknown process"
 
+    @staticmethod
+    def busy_message(run_dir: str | Path) -> str:
+        """The one line naming the holder of ``run_dir``'s lock and what to do."""
+        return (
+            f"run folder {run_dir} is being written by {RunLock.holder(run_dir)}: wait for it to finish, "
+            "stop it, or choose another output.name"
+        )
+
+    @staticmethod
+    def check(run_dir: str | Path) -> None:
+        """Raise :class:`RunFolderBusyError` when a live process holds ``run_dir``'s lock; create nothing.
+
+        A probe (``fit`` calls it before its config parse, so a second fit on a busy folder is refused
+        at once): it takes and drops the lock of an existing lock file. A writer that acquires in the
+        same instant may see the folder busy; the probe is no substitute for :meth:`acquire`.
+        """
+        try:
+            fd = os.open(Path(run_dir) / LOCK_NAME, os.O_RDWR)
+        except OSError:
+            return  # no lock file (or none we may open): nobody holds it, or acquire will say why
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunFolderBusyError(RunLock.busy_message(run_dir)) from None
+        finally:
+            os.close(fd)  # closing drops the probe's lock
+
     def acquire(self) -> RunLock:
         """Take the lock; raises :class:`RunFolderBusyError` (naming the holder) if a live process has it."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -65,10 +93,7 @@ class RunLock:
                 os.close(fd)
                 if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
-                raise RunFolderBusyError(
-                    f"run folder {self.run_dir} is being written by {self.holder(self.run_dir)}: wait for "
-                    "it to finish, stop it, or choose another output.name"
-                ) from None
+                raise RunFolderBusyError(self.busy_message(self.run_dir)) from None
             try:
                 same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:

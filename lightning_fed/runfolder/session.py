@@ -268,9 +268,13 @@ class RunFolder:
     def writer(folder: Path, flag: str) -> Iterator[None]:
         """Hold ``folder``'s lock while a command writes into it (one writer per folder).
 
+        A folder the lock had to create is removed again when the command leaves it empty (a
+        refusal inside the block leaves nothing behind).
+
         Raises:
             RunFolderError: When another process holds it or it cannot be written (naming ``flag``).
         """
+        created = not folder.exists()
         lock = RunLock(folder)
         try:
             lock.acquire()
@@ -282,3 +286,5 @@ class RunFolder:
             yield
         finally:
             lock.release()
+            if created and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()

@@ -90,3 +90,16 @@ def test_resume_becomes_the_run_folders_config(tmp_path: Path) -> None:
     assert resume_argv(["--seed=1"]) == (["--seed=1"], None)
     with pytest.raises(RunFolderError, match=r"no config\.yaml there"):
         resume_argv([f"--resume={tmp_path / 'missing'}"])
+
+
+def test_a_writer_removes_the_folder_it_created_when_left_empty(tmp_path: Path) -> None:
+    """A refusal inside :meth:`RunFolder.writer` leaves no empty output folder behind (``refer --out``
+    into a new folder); a folder that existed before stays."""
+    new = tmp_path / "out" / "new"
+    new.parent.mkdir()
+    with pytest.raises(RuntimeError), RunFolder.writer(new, "--out"):
+        raise RuntimeError("refused")
+    assert not new.exists() and new.parent.is_dir()
+    with RunFolder.writer(new, "--out"):
+        (new / "table.csv").write_text("x\n")
+    assert (new / "table.csv").is_file()

@@ -160,3 +160,53 @@ def test_null_values_must_be_a_list_of_strings(csv, bad):
     with pytest.raises(ValueError, match=r"^data\.init_args\.null_values must be a list of strings") as err:
         Tabular(str(csv), label="died", center="hospital", null_values=bad)
     assert "\n" not in str(err.value)
+
+
+def test_a_column_named_twice_is_refused(tmp_path):
+    """On main polars kept the first ``age`` and renamed the second ``age_duplicated_0``, which then
+    entered the features silently; a ``.csv.gz`` header is checked too."""
+    import gzip
+
+    text = "hospital,age,age,died\nA,50,51,0\nA,60,61,1\nB,70,71,0\nB,40,41,1\n"
+    path = tmp_path / "dup.csv"
+    path.write_text(text)
+    packed = tmp_path / "dup.csv.gz"
+    packed.write_bytes(gzip.compress(text.encode()))
+    for source in (path, packed):
+        with pytest.raises(ValueError, match=r"column 'age' appears 2 times in the header") as err:
+            Tabular(str(source), label="died", center="hospital", min_center_size=0).table()
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("categorical", [[], ["hr"]])
+def test_a_feature_missing_in_every_row_is_refused(tmp_path, categorical):
+    """On main an all-NaN column was imputed to a constant plus an always-on indicator, silently."""
+    frame = _frame().with_columns(pl.lit(None, dtype=pl.Float64).alias("hr"))
+    path = tmp_path / "cohort.csv"
+    frame.write_csv(path)
+    source = Tabular(
+        str(path),
+        label="died",
+        center="hospital",
+        categorical=["sex", "unit", *categorical],
+        min_center_size=0,
+    )
+    with pytest.raises(ValueError, match=r"feature 'hr' is missing in every labelled row") as err:
+        source.table()
+    assert "\n" not in str(err.value)
+    # NaN spelled out in a parquet file is missing as well; a column with one value left passes.
+    frame.with_columns(pl.lit(float("nan")).alias("hr")).write_parquet(tmp_path / "cohort.parquet")
+    with pytest.raises(ValueError, match=r"feature 'hr' is missing"):
+        Tabular(
+            str(tmp_path / "cohort.parquet"),
+            label="died",
+            center="hospital",
+            categorical=["sex", "unit"],
+            min_center_size=0,
+        ).table()
+    kept = frame.with_columns(pl.Series("hr", [85.0] + [None] * (frame.height - 1)))
+    kept.write_csv(path)
+    kept_source = Tabular(
+        str(path), label="died", center="hospital", categorical=["sex", "unit"], min_center_size=0
+    )
+    assert "hr" in kept_source.table().feature_names

@@ -111,11 +111,13 @@ def test_main_markdown(root: Path) -> None:
     text = to_markdown(table1(collect_runs(root)))
     header = text.splitlines()[0]
     assert header.startswith("| method | test AUROC | seeds | bytes vs FedAvg | isolation |")
-    # the columns of before keep their order; issue 29's support columns are appended
+    # the columns of before keep their order; issue 29's support columns and issue 32's fault
+    # counts are appended
     assert header.endswith(
         "| wall (s) | Δ AUROC vs fedavg [95 % CI] | vs fedavg | robust AUROC | pooled AUROC | accuracy "
         "| balanced acc. | undefined | fragile | robust | Δ vs fedavg by center [95 % CI] "
-        "| vs fedavg by center | Δ vs fedavg by robust center [95 % CI] | vs fedavg by robust center |"
+        "| vs fedavg by center | Δ vs fedavg by robust center [95 % CI] | vs fedavg by robust center "
+        "| rejected payloads | clipped payloads | diverged center-rounds |"
     )
     # abps: 6 seeds, 5 paired; mean AUROC over its 6 runs (0.82+0.83+0.78+0.86+0.82+0.99)/6 = 0.85.
     assert "| abps | 0.850 ± " in text and "| +0.018 [-0.004, +0.040] (n=5) | within noise |" in text
@@ -136,7 +138,7 @@ def test_no_reference_no_paired_columns(tmp_path: Path) -> None:
     assert (
         text.splitlines()[0].endswith(
             "| wall (s) | robust AUROC | pooled AUROC | accuracy | balanced acc. "
-            "| undefined | fragile | robust |"
+            "| undefined | fragile | robust | rejected payloads | clipped payloads | diverged center-rounds |"
         )
         and "Δ" not in text
     )
@@ -215,3 +217,39 @@ def test_bytes_alone_write_no_diagnostics_table(tmp_path: Path) -> None:
     assert diagnostics_markdown(table) is None
     _run(tmp_path / "runs", "abps", 0, 0.9, partner_repeat_rate=0.25)
     assert "25.0 %" in diagnostics_markdown(table1(collect_runs(tmp_path / "runs")))
+
+
+def test_rejected_payloads_and_diverged_centers_per_method(tmp_path: Path) -> None:
+    """An attacked method's row shows what the defences refused, so it does not read as an ordinary
+    weaker row (issue 32: on main table1.md and runs.csv showed neither). attacked, seeds 0 / 1:
+    rejected 12 and 7 -> mean 9.5; clipped 4 and 4 -> 4; diverged 3 and 0 -> 1.5. clean: zeros, no
+    norm bound (clipped absent -> null, "-"). old: a summary from before the counts -> all null."""
+    for seed, (rejected, clipped, diverged) in enumerate([(12, 4, 3), (7, 4, 0)]):
+        _run(
+            tmp_path,
+            "attacked",
+            seed,
+            0.70,
+            rejected_payloads=rejected,
+            clipped_payloads=clipped,
+            diverged_center_rounds=diverged,
+        )
+        _run(tmp_path, "clean", seed, 0.80, rejected_payloads=0, diverged_center_rounds=0)
+        _run(tmp_path, "old", seed, 0.75)
+    runs = collect_runs(tmp_path)
+    assert runs.columns[-3:] == ["rejected_payloads", "clipped_payloads", "diverged_center_rounds"]
+    attacked = runs.filter(pl.col("method") == "attacked")
+    assert attacked["rejected_payloads"].to_list() == [12, 7]
+    assert runs.filter(pl.col("method") == "old")["rejected_payloads"].to_list() == [None, None]
+    table = table1(runs)
+    rows = _rows(table)
+    assert table.columns[-3:] == ["rejected_payloads", "clipped_payloads", "diverged_center_rounds"]
+    assert (rows["attacked"]["rejected_payloads"], rows["attacked"]["clipped_payloads"]) == (9.5, 4.0)
+    assert rows["attacked"]["diverged_center_rounds"] == 1.5
+    assert (rows["clean"]["rejected_payloads"], rows["clean"]["clipped_payloads"]) == (0.0, None)
+    assert rows["old"]["rejected_payloads"] is None
+    text = to_markdown(table)
+    lines = {line.split(" | ")[0]: line for line in text.splitlines()}
+    assert lines["| attacked"].endswith("| 9.5 | 4 | 1.5 |")
+    assert lines["| clean"].endswith("| 0 | - | 0 |") and lines["| old"].endswith("| - | - | - |")
+    assert "rolled back" in text

@@ -30,6 +30,7 @@ from lightning_fed.reporting.stats import (
 __all__ = [
     "DEFAULT_REFERENCE",
     "DIAGNOSTICS",
+    "FAULTS",
     "SUPPORT",
     "check_reference",
     "collect_runs",
@@ -77,6 +78,13 @@ SUPPORT: tuple[str, ...] = (
     "num_centers",
 )
 
+#: What the wire and the engine refused over a run, from its ``summary.json`` (null for runs written
+#: before a key existed; ``clipped_payloads`` only with ``wire.norm_bound``): payloads rejected by
+#: the receivers' checks, payloads clipped by the norm bound, and center-rounds whose local training
+#: diverged (NaN / Inf) and was rolled back. A nonzero count marks a run under faults or attack, so
+#: it does not read as an ordinary weaker row.
+FAULTS: tuple[str, ...] = ("rejected_payloads", "clipped_payloads", "diverged_center_rounds")
+
 _RUN_SCHEMA: dict[str, pl.DataType] = {
     "run": pl.String(),
     "method": pl.String(),
@@ -93,6 +101,7 @@ _RUN_SCHEMA: dict[str, pl.DataType] = {
     "best_round": pl.Int64(),
     "path": pl.String(),
     **{name: pl.Float64() for name in SUPPORT},
+    **{name: pl.Int64() for name in FAULTS},
 }
 
 
@@ -116,7 +125,8 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
         ``bytes_vs_fedavg``, ``isolation_rate`` and ``mean_partners`` (null when the summary has none,
         e.g. FedAvg), ``rounds``, ``wall_seconds``, ``total_bytes``, the :data:`DIAGNOSTICS`,
         ``restored_best`` and ``best_round`` (early stopping; all null when absent), ``path``, the
-        :data:`SUPPORT` columns (null for older runs), then the ``metrics:`` columns of the runs that
+        :data:`SUPPORT` columns (null for older runs), the :data:`FAULTS` counts (null where the
+        summary has none), then the ``metrics:`` columns of the runs that
         have them; sorted by method, seed and run.
 
     Raises:
@@ -143,6 +153,7 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
                 "best_round": _integer(summary.get("best_round")),
                 "path": str(record.path),
                 **{name: _number(summary.get(name)) for name in SUPPORT},
+                **{name: _integer(summary.get(name)) for name in FAULTS},
             }
         )
     runs = pl.DataFrame(rows, schema=_RUN_SCHEMA)
@@ -345,14 +356,18 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         ``center_aurocs``, :func:`runs_with_centers`; otherwise null): ``center_pairs``,
         ``center_diff``, ``center_ci_low`` / ``center_ci_high`` (hierarchical bootstrap, centers
         within seeds, :func:`~lightning_fed.reporting.stats.center_paired_comparison`) and
-        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only. Sorted
+        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only; last, the
+        means over seeds of the :data:`FAULTS` counts (``rejected_payloads``, ``clipped_payloads``,
+        ``diverged_center_rounds``; null when no run of the method records one). Sorted
         by ``auroc_mean`` descending (ties by method).
 
     Raises:
         ValueError: If ``reference`` is given but no run has that method label.
     """
-    missing = [name for name in (*DIAGNOSTICS, *SUPPORT) if name not in runs.columns]  # a frame built by hand
-    runs = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias(name) for name in missing)
+    missing = [
+        name for name in (*DIAGNOSTICS, *SUPPORT, *FAULTS) if name not in runs.columns
+    ]  # built by hand
+    runs = runs.with_columns(pl.lit(None, dtype=pl.Float64).alias(n) for n in missing)
     table = (
         runs.group_by("method")
         .agg(
@@ -366,6 +381,7 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
             pl.col("wall_seconds").mean(),
             *(pl.col(name).mean() for name in DIAGNOSTICS),
             *(pl.col(name).mean().alias(_SUPPORT_NAMES[name]) for name in SUPPORT),
+            *(pl.col(name).mean() for name in FAULTS),
         )
         .sort(["auroc_mean", "method"], descending=[True, False], nulls_last=True)
     )
@@ -378,9 +394,10 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         [
             front,
             paired.drop("method"),
-            table.drop(*front.columns, *support),
+            table.drop(*front.columns, *support, *FAULTS),
             table.select(support),
             _center_paired(runs, methods, resolved),
+            table.select(FAULTS),
         ],
         how="horizontal",
     )
@@ -434,8 +451,9 @@ def to_markdown(table: pl.DataFrame) -> str:
     undefined. Appended after these (the columns of earlier versions keep their order): the robust
     mean AUROC, pooled AUROC, accuracy and balanced accuracy (means over seeds), the undefined,
     fragile and robust center counts (mean over seeds ``/`` centers), and with a reference the
-    center-paired difference ``+0.012 [+0.004, +0.020] (n=540)`` (n: center pairs) and its verdict.
-    The diagnostics are in :func:`diagnostics_markdown`.
+    center-paired difference ``+0.012 [+0.004, +0.020] (n=540)`` (n: center pairs) and its verdict;
+    last, the rejected and clipped payloads and the diverged center-rounds (means over seeds; ``-``
+    where no run of the method records them). The diagnostics are in :func:`diagnostics_markdown`.
     """
     reference = _reference(table)
     header = [
@@ -454,6 +472,7 @@ def to_markdown(table: pl.DataFrame) -> str:
     if reference is not None:
         header += [f"Δ vs {reference} by center [95 % CI]", f"vs {reference} by center"]
         header += [f"Δ vs {reference} by robust center [95 % CI]", f"vs {reference} by robust center"]
+    header += ["rejected payloads", "clipped payloads", "diverged center-rounds"]
     rows = []
     for r in table.iter_rows(named=True):
         auroc = number(r["auroc_mean"], ".3f")
@@ -484,6 +503,7 @@ def to_markdown(table: pl.DataFrame) -> str:
         if reference is not None:
             cells += [_center_diff_cell(r), r.get("center_vs_ref") or NOT_APPLICABLE]
             cells += [_center_diff_cell(r, "robust_center_"), r.get("robust_center_vs_ref") or NOT_APPLICABLE]
+        cells += [_count(r.get(name), None) for name in FAULTS]
         rows.append(cells)
     legend = "test AUROC: mean ± sample standard deviation (ddof=1) over seeds."
     if reference is not None:
@@ -507,6 +527,12 @@ def to_markdown(table: pl.DataFrame) -> str:
             " seeded); n: center pairs. By robust center: the same over the centers with at least"
             " robust_min_per_class test rows of each class (runs with centers.parquet only)."
         )
+    legend += (
+        " rejected / clipped payloads: messages the wire's checks (wire.max_norm_ratio, wire.norm_bound)"
+        " rejected / clipped over the run; diverged center-rounds: local trainings that diverged (NaN or"
+        " Inf) and were rolled back (each: mean over seeds; -: not recorded). Nonzero counts mark a run"
+        " under faults or attack, not an ordinary weaker one."
+    )
     if reference is None and table.height > 1:
         legend += " " + missing_reference_note(table["method"].to_list())
     return markdown_table(header, rows, legend)
