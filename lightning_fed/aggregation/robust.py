@@ -350,5 +350,5 @@ def refuse_aggregator(method: str, aggregator: Aggregator | None, why: str) -> N
     if aggregator is not None:
         raise ValueError(
             f"{KEY} ({type(aggregator).__name__}) is not supported by {method}: {why}; "
-            "drop the key, or use FedAvg, DeceFL / DFedAvgM or ABPS for a robust aggregator"
+            "drop the key, or use a method that takes one (docs/robustness.md lists them)"
         )
