@@ -43,6 +43,14 @@ so :math:`Q_q` is the prior mean (0.5) while most candidates are strangers and t
 over observers (``PairRegression(peer_effect: true)``, ``model_posterior: true``) an off-concept
 peer's pooled effect moves its mean for every receiver at once.
 
+Measured (230 centers, 5 seeds, ``configs/abps_learned_relative.yaml``: quantile 0.5, level 0.5,
+``PairRegression(peer_effect: true)``; ``docs/results/abps_learned/README.md``). On the mixed
+federation the median candidate's posterior mean is within 1e-4 of ``c_neg`` (5 of 6 candidates are
+cross-unit pairs predicted at about 0.499), so the relative bar binds for 1-1.5 % of centers and the
+rule acts mostly as a posterior-mean test against ``c_neg``: off-concept partner slots 0.45x chance
+over rounds 30-39 (Eq. 7's base ABPS 1.01x, ``PosteriorExceedance`` at level 0.05 0.77x). A higher
+``quantile`` (e.g. the kappa-th best candidate) would make the bar bind; not measured.
+
 Cost: the table is dense, ``[C, C]`` float64 (as the model posterior's is).
 """
 
