@@ -10,7 +10,9 @@
 * :mod:`~lightning_fed.selection.abps.regression`: ``PairRegression``, a policy on pair features that
   shares strength across peers;
 * :mod:`~lightning_fed.selection.abps.rest`: acceptance rules whose rest can fire (Lemma 1),
-  ``PosteriorExceedance``.
+  ``PosteriorExceedance``;
+* :mod:`~lightning_fed.selection.abps.relative`: ``RelativeAcceptance``, a receiver that refuses a
+  peer clearly below its own alternatives.
 """
 
 from lightning_fed.selection.abps.credit import ShapleyCredit
@@ -27,6 +29,7 @@ from lightning_fed.selection.abps.policy import (
 )
 from lightning_fed.selection.abps.posterior import BetaPosterior, PairValues, clip_utility
 from lightning_fed.selection.abps.regression import PairRegression
+from lightning_fed.selection.abps.relative import RelativeAcceptance
 from lightning_fed.selection.abps.rest import AcceptanceRule, PosteriorExceedance, negative_transfer_threshold
 from lightning_fed.selection.abps.selector import BayesianSelector, GoalFilter
 from lightning_fed.selection.abps.shapley import (
@@ -53,6 +56,7 @@ __all__ = [
     "PairScores",
     "PairValues",
     "PosteriorExceedance",
+    "RelativeAcceptance",
     "ScaledUCB",
     "SelectionPolicy",
     "ShapleyCredit",

@@ -171,8 +171,9 @@ class AcceptanceRule(ABC):
         """The selector's policy, given at setup (a rule may score pairs by its model)."""
 
     @abstractmethod
-    def table(self, posterior: BetaPosterior, t: int) -> PairScores:
-        """The acceptance table at 1-based round ``t`` from the selector's posterior."""
+    def table(self, posterior: BetaPosterior, t: int, candidates: Tensor | None = None) -> PairScores:
+        """The acceptance table at 1-based round ``t`` from the selector's posterior (``candidates``:
+        the round's bool ``[C, C]`` candidate mask, for rules relative to a center's alternatives)."""
 
     def diagnostics(
         self, posterior: BetaPosterior, table: PairScores, candidates: Tensor
@@ -283,7 +284,7 @@ class PosteriorExceedance(AcceptanceRule):
             )
         self.policy = policy
 
-    def table(self, posterior: BetaPosterior, t: int) -> PairScores:
+    def table(self, posterior: BetaPosterior, t: int, candidates: Tensor | None = None) -> PairScores:
         """``a_{i->j} = Phi((mu - c_neg) sqrt(n + n0) / sigma)`` on the observed pairs and the prior
         (``model_posterior``: ``Phi((u_hat - c_neg) / s)`` on every pair, dense)."""
         if self.model_posterior:

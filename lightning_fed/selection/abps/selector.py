@@ -53,7 +53,9 @@ class BayesianSelector(PartnerSelector):
         acceptance: Who accepts whom, in place of ``policy score >= tau_acc`` (Eq. 7's line 19, the
             default, None): an :class:`~lightning_fed.selection.abps.rest.AcceptanceRule` such as
             :class:`~lightning_fed.selection.abps.rest.PosteriorExceedance`, whose rest can fire
-            (Lemma 1); ``tau_acc`` is then unused and the policy only ranks.
+            (Lemma 1), or :class:`~lightning_fed.selection.abps.relative.RelativeAcceptance`, which also
+            refuses a peer clearly below the receiver's own alternatives; ``tau_acc`` is then unused
+            and the policy only ranks.
     """
 
     learns = True
@@ -143,7 +145,7 @@ class BayesianSelector(PartnerSelector):
             self.last_match = MatchRecord(candidates, scores, float(self.tau_acc))
             return propose_reject(scores, candidates, self.kappa, self.tau_acc, self.epsilon, gen)
         rule = self.acceptance
-        table = rule.table(self.posterior, round_idx + 1)
+        table = rule.table(self.posterior, round_idx + 1, candidates)
         self.last_match = MatchRecord(candidates, table, float(rule.threshold), rule.mutual)
         return propose_reject(
             scores,
