@@ -5,7 +5,8 @@ every center (:meth:`~lightning_fed.data.split.Split.fold_indices`), so a center
 partition its rows. :func:`pool_folds` replaces each complete set of ``k`` fold runs by one
 :class:`PooledFolds` record, whose per-center test numbers are computed from the runs' pooled
 out-of-fold test predictions (``predictions.parquet``): each center's rows over the ``k`` folds form
-one test set, scored by the model of the fold that held them out. On it, per center: ``n``,
+one test set, scored by the model of the fold that held them out. A pooled record has no rounds,
+checkpoint, referral or held-out table of its own (those stay in the fold folders). On it, per center: ``n``,
 positives, negatives, the AUROC with its DeLong (1988) 95 % interval, fragile / robust
 (:func:`~lightning_fed.evaluation.support_columns`, the columns of ``centers.parquet``); and the
 federation figures of ``summary.json`` from those (:func:`oof_summary`): the mean over defined
@@ -22,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -68,6 +70,30 @@ class PooledFolds(RunRecord):
     @cached_property
     def rounds(self) -> pl.DataFrame | None:  # type: ignore[override]
         """None: the folds' rounds differ (each fold's are in its own folder)."""
+        return None
+
+    def rounds_have(self, column: str) -> bool:
+        """False: a pooled record has no rounds of its own (:attr:`rounds`)."""
+        return False
+
+    @cached_property
+    def referral(self) -> pl.DataFrame | None:  # type: ignore[override]
+        """None: referral tables stay per fold run (in its folder)."""
+        return None
+
+    @cached_property
+    def referral_queries(self) -> pl.DataFrame | None:  # type: ignore[override]
+        """None, as :attr:`referral`."""
+        return None
+
+    @cached_property
+    def holdout(self) -> pl.DataFrame | None:  # type: ignore[override]
+        """None: held-out centers are not pooled over folds (each fold's ``holdout.parquet`` stays)."""
+        return None
+
+    @property
+    def checkpoint(self) -> Path | None:
+        """None: each fold has its own checkpoint."""
         return None
 
 
