@@ -106,7 +106,8 @@ class Split:
         """Sorted positions into ``y`` of the train, validation and test rows.
 
         Per class (in ascending label order, each shuffled by ``rng``): ``round(cumsum(fractions) n)``
-        cuts, then :meth:`guarantee` moves rows from train to the evaluation splits.
+        cuts, then :meth:`guarantee` moves rows from train to the evaluation splits. With
+        :attr:`folds` set: :meth:`fold_indices` instead.
 
         Args:
             y: The center's labels ``[n]``.
