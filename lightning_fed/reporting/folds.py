@@ -103,8 +103,8 @@ def _test_rows(member: RunRecord) -> pl.DataFrame:
     if frame is None:
         raise ValueError(
             f"{member.path}: no predictions.parquet, needed to pool the {member.folds} folds of "
-            f"{member.label!r} seed {member.seed}: refit it with this version (or report it without the "
-            "other folds)"
+            f"{member.label!r} seed {member.seed}: refit it with this version (fit writes it for binary "
+            "labels; multi-class folds cannot be pooled)"
         )
     return frame.filter(pl.col("split") == "test").with_columns(pl.lit(member.fold).alias("fold"))
 

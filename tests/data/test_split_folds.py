@@ -102,3 +102,15 @@ def test_center_smaller_than_k_is_refused() -> None:
     table = _table(_Y, _SITE)
     with pytest.raises(ValueError, match=r"fewer than data\.split\.folds=11"):
         build_federation(table, _groups(_SITE), seed=0, split=Split(folds=11))
+
+
+def test_image_sources_honour_the_folds() -> None:
+    """An image source given ``split`` deals each client's images into the same folds."""
+    pytest.importorskip("sklearn")
+    from lightning_fed.data import Digits
+
+    feds = [Digits(num_clients=3, max_per_client=60, split=Split(folds=3, fold=i)).build(0) for i in range(3)]
+    for c in range(3):
+        tests = np.concatenate([f.centers[c].row_ids["test"] for f in feds])
+        every = np.concatenate([feds[0].centers[c].row_ids[s] for s in ("train", "val", "test")])
+        np.testing.assert_array_equal(np.sort(tests), np.sort(every))
