@@ -71,6 +71,8 @@ class Evaluation:
         logged: What the model's own ``validation_step`` / ``test_step`` logged, ``{name: [C]}``
             (float64 epoch means per center, :mod:`lightning_fed.engine.eval_step`); empty when the
             model defines no such step.
+        logit: Binary models: each row's logit of class 1 ``[C, n]`` (float32, padded like the split;
+            ``predictions.parquet``, the probability being ``sigmoid(logit)``); None for multi-class.
     """
 
     auroc: Tensor
@@ -81,6 +83,7 @@ class Evaluation:
     auroc_low: Tensor | None = None
     auroc_high: Tensor | None = None
     logged: dict[str, Tensor] = field(default_factory=dict)
+    logit: Tensor | None = None
 
 
 def evaluate(
@@ -99,10 +102,12 @@ def evaluate(
             logits.shape[2],
         )
         low = high = torch.full_like(auroc, float("nan"))
+        binary_logit = None
     else:
         auroc = batched_auroc(logits, split.y, split.mask)
         _, low, high = delong_interval(logits, split.y, split.mask)
         pooled, num_classes = pooled_auroc(logits[split.mask], split.y[split.mask]), 2
+        binary_logit = logits
     return Evaluation(
         auroc=auroc,
         pooled_auroc=pooled,
@@ -111,6 +116,7 @@ def evaluate(
         metrics=metrics.evaluate(logits, split.y, split.mask) if metrics else {},
         auroc_low=low,
         auroc_high=high,
+        logit=binary_logit,
     )
 
 

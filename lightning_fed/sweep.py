@@ -7,6 +7,7 @@ A sweep file names the configs, the seeds, the output folder and optional overri
     output: runs/table1
     overrides: ["--trainer.rounds=50"]   # appended to every run
     processes: 2                         # runs at once (each in its own process)
+    folds: 5                             # optional: 5 runs per config and seed, one per test fold
     refer: [edgedrm_fmnist]              # optional: run ``lightning-fed refer`` on these configs' runs
     refer_baselines: [local_fmnist]      # ... with these configs' runs (same seed) as --baselines
 
@@ -44,6 +45,12 @@ group is a run named by its keys joined with ``-``::
 
 gives ``fmnist-spc5-edgedrm-path-seed<s>`` and so on. Several grids cover methods that do not take
 every group (Local has no graph). A plain ``configs:`` entry is a one-layer run keyed by its stem.
+
+Repeated evaluation (``folds: k``, :mod:`lightning_fed.data.split`): every cell and seed becomes
+``k`` runs, ``output/<cell>-seed<s>-fold<i>/`` with ``--data.split.folds=k --data.split.fold=i``,
+each a full fit with the same seed and the same method label (the cell name); ``report`` pools the
+folds of a label and seed into one row (:mod:`lightning_fed.reporting.folds`). A referral's
+baselines are the runs of the same seed and fold.
 
 Referral (EdgeDRM): each run carrying a key listed in ``refer`` gets ``lightning-fed refer --run-dir
 RUN [--baselines ...]`` (its log: ``output/<run>.refer.log``) as soon as it and its baselines are
@@ -98,6 +105,8 @@ class SweepRun:
     run_dir: Path
     #: Run folders passed as ``--baselines`` to ``lightning-fed refer``; None: no referral step.
     refer_baselines: tuple[Path, ...] | None = None
+    #: ``(fold, folds)`` of a repeated evaluation (``data.split.fold`` / ``folds``); None: one split.
+    fold: tuple[int, int] | None = None
 
     @property
     def name(self) -> str:
@@ -105,8 +114,8 @@ class SweepRun:
 
     @property
     def label(self) -> str:
-        """The method label ``report`` groups by: the run's name without its seed suffix."""
-        suffix = f"-seed{self.seed}"
+        """The method label ``report`` groups by: the run's name without its seed (and fold) suffix."""
+        suffix = f"-seed{self.seed}" + ("" if self.fold is None else f"-fold{self.fold[0]}")
         return self.name[: -len(suffix)] if self.name.endswith(suffix) else self.name
 
     @property
@@ -180,8 +189,9 @@ def plan(
     refer: Sequence[str] = (),
     refer_baselines: Sequence[str] | Mapping[str, Sequence[str]] = (),
     grids: Sequence[Grid] = (),
+    folds: int | None = None,
 ) -> list[SweepRun]:
-    """The runs, seed-major, validated before anything runs.
+    """The runs, seed-major (then cell, then fold), validated before anything runs.
 
     Args:
         configs: Fit configs (one layer each).
@@ -191,14 +201,18 @@ def plan(
         refer_baselines: Keys whose runs (same seed) are those referrals' ``--baselines``: one list
             for every referral run, or a mapping from a referral key to its own list.
         grids: Layered grids (module docstring).
+        folds: ``k`` runs per cell and seed, one per test fold (module docstring); None: one run.
 
     Raises:
         FileNotFoundError: If a config or layer does not exist.
         ValueError: If the sweep is empty, run names repeat, ``refer`` / ``refer_baselines`` name an
-            unknown key, or a baseline is not matched by exactly one run.
+            unknown key, a baseline is not matched by exactly one run, or ``folds`` is not an
+            integer >= 2.
     """
     if not (configs or grids) or not seeds:
         raise ValueError("sweep: give at least one config (configs: or grids:) and one seed (seeds:)")
+    if folds is not None and (isinstance(folds, bool) or not isinstance(folds, int) or folds < 2):
+        raise ValueError(f"sweep.folds must be an integer >= 2 (or left out for one split), got {folds!r}")
     cells = expand(configs, grids)
     known = {k for c in cells for k in c.keys}
     by_key = dict(refer_baselines) if isinstance(refer_baselines, Mapping) else None
@@ -220,12 +234,15 @@ def plan(
         chosen = by_key.get(hit, ()) if by_key is not None else refer_baselines
         baselines[cell.name] = tuple(_baseline(cell, b, cells) for b in chosen)
 
-    def run(cell: Cell, s: int) -> SweepRun:
+    def run(cell: Cell, s: int, fold: int | None) -> SweepRun:
+        suffix = f"-seed{int(s)}" + ("" if fold is None else f"-fold{fold}")
         base = baselines[cell.name]
-        dirs = None if base is None else tuple(output / f"{b.name}-seed{int(s)}" for b in base)
-        return SweepRun(cell.configs, int(s), output / f"{cell.name}-seed{int(s)}", dirs)
+        dirs = None if base is None else tuple(output / f"{b.name}{suffix}" for b in base)
+        replicate = None if fold is None else (fold, int(folds))  # type: ignore[arg-type]
+        return SweepRun(cell.configs, int(s), output / f"{cell.name}{suffix}", dirs, replicate)
 
-    return [run(c, s) for s in seeds for c in cells]
+    each = [None] if folds is None else list(range(folds))
+    return [run(c, s, i) for s in seeds for c in cells for i in each]
 
 
 def _cli() -> list[str]:
@@ -255,6 +272,11 @@ def _fit_args(run: SweepRun, overrides: Sequence[str]) -> list[str]:
         f"--output.name={run.name}",
         f"--output.label={run.label}",
         "--output.progress_bar=false",
+        *(
+            []
+            if run.fold is None
+            else [f"--data.split.folds={run.fold[1]}", f"--data.split.fold={run.fold[0]}"]
+        ),
         *overrides,
     ]
 

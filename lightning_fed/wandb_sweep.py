@@ -46,7 +46,8 @@ def wandb_sweep_spec(grid: Mapping[str, Any]) -> dict[str, Any]:
 
     Returns:
         The spec: ``program: cli.py``, ``method: grid``, the metric :data:`METRIC` to maximize and
-        the parameters ``config`` (the grid's configs, in order) and ``seed``.
+        the parameters ``config`` (the grid's configs, in order) and ``seed``; with ``folds: k``
+        also ``data.split.folds`` (the value ``k``) and ``data.split.fold`` (``0 .. k - 1``).
 
     Raises:
         ValueError: For a layered ``grids:`` file or one without ``configs``.
@@ -56,6 +57,15 @@ def wandb_sweep_spec(grid: Mapping[str, Any]) -> dict[str, Any]:
     configs = [str(c) for c in grid.get("configs") or []]
     if not configs:
         raise ValueError("the sweep file lists no configs:")
+    folds = grid.get("folds")
+    replicate = (
+        {}
+        if folds is None
+        else {
+            "data.split.folds": {"value": int(folds)},
+            "data.split.fold": {"values": list(range(int(folds)))},
+        }
+    )
     return {
         "program": "cli.py",
         "method": "grid",
@@ -63,6 +73,7 @@ def wandb_sweep_spec(grid: Mapping[str, Any]) -> dict[str, Any]:
         "parameters": {
             "config": {"values": configs},
             "seed": {"values": [int(s) for s in grid.get("seeds", [0])]},
+            **replicate,
         },
         "command": ["${env}", "python", "${program}", "fit", "${args}", "--logger.offline=false"],
     }

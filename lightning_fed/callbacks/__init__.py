@@ -7,6 +7,7 @@ from lightning_fed.callbacks.centers import CentersWriter
 from lightning_fed.callbacks.checkpoint import Checkpoint
 from lightning_fed.callbacks.early_stopping import EarlyStopping
 from lightning_fed.callbacks.partner_history import PartnerHistory
+from lightning_fed.callbacks.predictions import PredictionsWriter
 from lightning_fed.callbacks.progress import ProgressBar
 from lightning_fed.callbacks.rounds import RoundsWriter
 
@@ -17,6 +18,7 @@ __all__ = [
     "Checkpoint",
     "EarlyStopping",
     "PartnerHistory",
+    "PredictionsWriter",
     "ProgressBar",
     "RoundsWriter",
 ]

@@ -1,9 +1,10 @@
 """``lightning-fed test``: rebuild a finished run from its config and re-evaluate it.
 
-Writes ``test.json`` (the summary of the re-evaluation) and ``centers.parquet`` (each center's support
+Writes ``test.json`` (the summary of the re-evaluation), ``centers.parquet`` (each center's support
 and DeLong interval, :func:`~lightning_fed.callbacks.centers.write_centers`, the same writer as the
-fit's), both atomically under the run folder's lock: a run written before ``centers.parquet`` existed
-gains it, from the checkpoint's parameters (the ones ``summary.json`` evaluated). A run with
+fit's) and ``predictions.parquet`` (:func:`~lightning_fed.callbacks.predictions.write_predictions`),
+all atomically under the run folder's lock: a run written before these files existed gains them,
+from the checkpoint's parameters (the ones ``summary.json`` evaluated). A run with
 ``evaluation.holdout_centers`` evaluates its held-out centers again too (``holdout/...`` keys,
 ``holdout.parquet``; :mod:`lightning_fed.holdout`).
 """
@@ -25,6 +26,7 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     from jsonargparse import ArgumentParser
 
     from lightning_fed.callbacks.centers import write_centers
+    from lightning_fed.callbacks.predictions import write_predictions
     from lightning_fed.io import write_json
     from lightning_fed.runfolder.session import RunFolder, RunFolderError
 
@@ -43,6 +45,7 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
                 summary.update(federation.held_out.report(federation, run_dir / "holdout.parquet"))
             write_json(run_dir / "test.json", summary)
             write_centers(run_dir / "centers.parquet", federation)
+            write_predictions(run_dir / "predictions.parquet", federation)
     except RunFolderError as err:
         fail(str(err))
     if federation.fabric.is_global_zero:

@@ -89,7 +89,14 @@ def _build_run(
     Returns:
         The federation, its loggers and the config fingerprint.
     """
-    from lightning_fed.callbacks import BandwidthTable, CentersWriter, Checkpoint, ProgressBar, RoundsWriter
+    from lightning_fed.callbacks import (
+        BandwidthTable,
+        CentersWriter,
+        Checkpoint,
+        PredictionsWriter,
+        ProgressBar,
+        RoundsWriter,
+    )
     from lightning_fed.io import write_text
 
     extra = list(init.callbacks or [])
@@ -103,6 +110,7 @@ def _build_run(
         ProgressBar(enabled=init.output.progress_bar),
         RoundsWriter(run_dir / "rounds.parquet"),
         CentersWriter(run_dir / "centers.parquet"),
+        PredictionsWriter(run_dir / "predictions.parquet"),
         BandwidthTable(),
         checkpoint,
     ]
@@ -196,6 +204,9 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     setting = _setting(init)
     if setting is not None:
         summary["setting"] = setting
+    split = getattr(init.data, "split", None)
+    if getattr(split, "folds", None) is not None:  # data.split.folds: which replicate this run is
+        summary.update(fold=int(split.fold), folds=int(split.folds))
     if fabric.is_global_zero:
         write_json(run_dir / "summary.json", summary)
     if federation.held_out is not None:

@@ -29,6 +29,12 @@ def sweep(argv: Sequence[str]) -> dict[str, str]:
     parser.add_argument("--overrides", type=list[str], default=[], help="fit options appended to every run")
     parser.add_argument("--processes", type=int, default=1, help="runs at once")
     parser.add_argument(
+        "--folds",
+        type=int | None,
+        default=None,
+        help="k runs per config and seed, one per test fold (data.split.folds); null: one split",
+    )
+    parser.add_argument(
         "--refer", type=list[str], default=[], help="config stems / grid keys whose runs get 'refer'"
     )
     parser.add_argument(
@@ -61,7 +67,9 @@ def _run(args: Any) -> dict[str, str]:
     from lightning_fed.sweep import plan, run_sweep
 
     try:
-        runs = plan(args.configs, args.seeds, args.output, args.refer, args.refer_baselines, args.grids)
+        runs = plan(
+            args.configs, args.seeds, args.output, args.refer, args.refer_baselines, args.grids, args.folds
+        )
         pending = sum(not r.done for r in runs)
         print(f"sweep: {len(runs)} runs ({len(runs) - pending} already done) -> {args.output}")
         status = run_sweep(runs, args.overrides, args.processes)

@@ -126,6 +126,9 @@ class CenterData:
         feature_mean: The center's own train means used to standardize (float64 ``[F]``; 0 for
             columns left as they are), or None when unknown.
         feature_std: The matching standard deviations (1 for columns left as they are).
+        row_ids: Per split (``"train"``, ``"val"``, ``"test"``), the rows' positions in the source's
+            pooled table, in the order of that split's tensors (``predictions.parquet``'s
+            ``source_row``); empty when the source does not say.
     """
 
     name: str
@@ -139,6 +142,7 @@ class CenterData:
     attributes: Mapping[str, Any] = field(default_factory=dict)
     feature_mean: Tensor | None = None
     feature_std: Tensor | None = None
+    row_ids: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_train(self) -> int:
@@ -355,6 +359,11 @@ def build_federation(
     short: list[str] = []
 
     def center(k: int, name: str, rows: np.ndarray) -> CenterData:
+        if split.folds is not None and len(rows) < split.folds:
+            raise ValueError(
+                f"center {name!r} has {len(rows)} rows, fewer than data.split.folds={split.folds}: lower "
+                "data.split.folds or drop small centers with data.min_center_size"
+            )
         tr, va, te = (rows[p] for p in split.indices(table.y[rows], numpy_rng(seed, "split", k)))
         if split.min_per_class and min(_smallest(table.y[va]), _smallest(table.y[te])) < split.min_per_class:
             short.append(name)
@@ -414,6 +423,7 @@ def build_federation(
             attributes=dict(table.attributes.get(name, {})),
             feature_mean=torch.from_numpy(mean),
             feature_std=torch.from_numpy(std),
+            row_ids={"train": tr, "val": va, "test": te},
         )
 
     federation = federate(
@@ -490,6 +500,7 @@ def pooled_standardization(data: FederatedData) -> FederatedData:
             attributes=c.attributes,
             feature_mean=mean,
             feature_std=std,
+            row_ids=c.row_ids,
         )
         for c in data.centers
     )

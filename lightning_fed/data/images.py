@@ -108,6 +108,7 @@ def image_center(
         y_test=ys(te),
         metadata=torch.from_numpy(hist / max(hist.sum(), 1.0)),
         attributes=attrs,
+        row_ids={"train": tr, "val": va, "test": te},
     )
 
 
@@ -211,6 +212,11 @@ class ImageSource(DataSource):
             if len(rows) < 3:
                 raise ValueError(
                     f"client {k} received {len(rows)} images, too few to split: lower data.num_clients"
+                )
+            if self.split is not None and self.split.folds is not None and len(rows) < self.split.folds:
+                raise ValueError(
+                    f"client {k} received {len(rows)} images, fewer than data.split.folds="
+                    f"{self.split.folds}: lower data.split.folds or data.num_clients"
                 )
             if self.split is None:
                 parts = client_split(labels[rows], seed, k)

@@ -14,6 +14,7 @@ from pathlib import Path
 import polars as pl
 
 from lightning_fed.reporting.families import is_upper_bound, run_family
+from lightning_fed.reporting.folds import pool_folds
 from lightning_fed.reporting.runs import RunRecord, as_records, method_label, read_runs, read_summary
 from lightning_fed.reporting.tables import specs
 from lightning_fed.reporting.tables.diagnostics import (
@@ -124,7 +125,9 @@ def isolation_plot(source: Path | str | list[RunRecord], path: Path) -> Path:
 def report(root: Path, out: Path | None = None, reference: str | None = None) -> dict[str, Path]:
     """Write Table 1, the diagnostics and runs tables, the Pareto plot and the isolation plot.
 
-    The run tree is read once (:func:`read_runs`); every table of :func:`~.tables.specs` with rows is
+    The run tree is read once (:func:`read_runs`); the fold runs of a repeated evaluation
+    (``data.split.folds``) are pooled per label and seed (:func:`~.folds.pool_folds`: each center's
+    out-of-fold AUROC) and every table of :func:`~.tables.specs` with rows is
     written. The Pareto plot's dashed upper bound is the mean AUROC of the methods whose algorithm
     pools the data (Centralized, :data:`~.families.UPPER_BOUND_ALGORITHMS`; the best one if
     several) when the runs include one; colours are the declared families (:mod:`.families`).
@@ -140,7 +143,8 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
         bandwidth, isolation, E|P_i|, rounds, wall, paired difference [CI] and verdict),
         ``table1.csv`` (every column), ``diagnostics.md`` / ``diagnostics.csv`` (the partner-selection
         diagnostics; absent when no run records any), ``runs.csv`` (one row per run, every field
-        read, e.g. ``restored_best``, ``best_round``), ``pareto.png`` (when a run has a test AUROC)
+        read, e.g. ``restored_best``, ``best_round``; pooled fold runs as one), ``folds.csv`` (with
+        fold runs only: one row per fold run, its own numbers), ``pareto.png`` (when a run has a test AUROC)
         and ``isolation.png``
         (absent when no run has per-round isolation data, or when isolation is 0 throughout and no
         run selects partners: fixed graphs, FedAvg), and, when any run has a referral table,
@@ -167,14 +171,18 @@ def report(root: Path, out: Path | None = None, reference: str | None = None) ->
     """
     root = Path(root)
     out = Path(out) if out is not None else root / "report"
-    records = read_runs(root)
-    check_reference([r.label for r in records], reference)  # before any file is written
+    found = read_runs(root)
+    check_reference([r.label for r in found], reference)  # before any file is written
+    records = pool_folds(found)  # data.split.folds: each label and seed's k fold runs as one
     runs = runs_frame(records)
     tables = specs(reference)
     written: dict[str, Path] = {}
     for spec in (s for s in tables if s.gate is None):
         written.update(spec.write(records, out))
     written["runs.csv"] = write_runs(runs, out / "runs.csv")
+    fold_runs = [r for r in found if r.fold is not None]
+    if fold_runs:
+        written["folds.csv"] = write_runs(runs_frame(fold_runs), out / "folds.csv")
     written.update(_figures(records, runs, out, reference))
     referrals = collect_referrals(records)
     if referrals.height:

@@ -15,7 +15,11 @@ walk per report. A record carries what the tables need, each part read at most o
   (``holdout.parquet``: the same for the held-out centers, per fine-tuning budget) and
   ``center_test_auroc`` (each center's final test AUROC: from ``centers.parquet``, or for runs
   written before it, the rows of ``rounds.parquet`` at the round the summary evaluated: the best
-  round where early stopping restored it, else the last round run).
+  round where early stopping restored it, else the last round run), ``predictions``
+  (``predictions.parquet``: each evaluated row's label and probability);
+- ``fold`` / ``folds``: the replicate of a repeated evaluation (``data.split.folds``, recorded in the
+  summary; None for a single split): the runs of one label and seed differ by fold, and
+  :func:`~lightning_fed.reporting.folds.pool_folds` turns them into one record.
 
 Everything but the summary is read lazily, on first use, and kept.
 
@@ -108,6 +112,19 @@ class RunRecord:
         return self.summary.get("seed")
 
     @property
+    def fold(self) -> int | None:
+        """``summary["fold"]``: which test fold this run held out (``data.split.fold``); None for a
+        single split (runs of one label and seed differ by it)."""
+        fold = self.summary.get("fold")
+        return None if fold is None else int(fold)
+
+    @property
+    def folds(self) -> int | None:
+        """``summary["folds"]``: ``k`` of ``data.split.folds``; None for a single split."""
+        folds = self.summary.get("folds")
+        return None if folds is None else int(folds)
+
+    @property
     def method(self) -> str:
         """The algorithm key: ``summary["method"]`` (the class name) lower-cased; ``""`` without one."""
         return str(self.summary.get("method") or "").lower()
@@ -175,6 +192,13 @@ class RunRecord:
     def centers(self) -> pl.DataFrame | None:
         """``centers.parquet`` (one row per center: support, AUROC and its interval), or None."""
         path = self.path / "centers.parquet"
+        return pl.read_parquet(path) if path.is_file() else None
+
+    @cached_property
+    def predictions(self) -> pl.DataFrame | None:
+        """``predictions.parquet`` (one row per evaluated val / test row: center, split, row, source row,
+        label, logit, probability), or None (runs written before it, multi-class models)."""
+        path = self.path / "predictions.parquet"
         return pl.read_parquet(path) if path.is_file() else None
 
     @cached_property

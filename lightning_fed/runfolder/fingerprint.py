@@ -78,6 +78,8 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector.init_args.acceptance": None,  # None: Eq. 7's line 19 (issue 30)
     "algorithm.init_args.shapley.init_args.utility": "auroc",  # the paper's utility (issue 30)
     "data.init_args.split": None,  # None: the 80/10/10 split of before (lightning_fed.data.split)
+    "data.init_args.split.folds": None,  # None: one split, no folds (issue 29)
+    "data.init_args.split.fold": 0,  # the fold index, inert without folds (issue 29)
     "evaluation.holdout_centers": None,  # None: every center trains (lightning_fed.holdout)
     "data.init_args.off_concept": 0.0,  # TeacherICU without off-concept centers (issue 30)
     "algorithm.init_args.selector.init_args.acceptance.init_args.model_posterior": False,  # (issue 30)

@@ -33,10 +33,13 @@ def test_test_command_writes_centers_parquet_equal_to_the_fits(tmp_path: Path) -
     )
     run = tmp_path / "run"
     written_by_fit = pl.read_parquet(run / "centers.parquet")
+    predicted_by_fit = pl.read_parquet(run / "predictions.parquet")
     (run / "centers.parquet").unlink()
+    (run / "predictions.parquet").unlink()
     main(["test", "--run-dir", str(run)])
     again = pl.read_parquet(run / "centers.parquet")
     assert_frame_equal(again, written_by_fit)
+    assert_frame_equal(pl.read_parquet(run / "predictions.parquet"), predicted_by_fit)
     summary = json.loads((run / "test.json").read_text())
     assert again["test_auroc_fragile"].sum() == summary["test_auroc_fragile"]
     assert not list(run.glob(".centers.parquet.*"))  # the atomic write left no temporary file

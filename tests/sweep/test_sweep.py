@@ -238,3 +238,19 @@ def test_scheduler_refers_as_soon_as_inputs_are_fitted_and_skips_failed_inputs(t
         scheduler.finished(kind, r, ok=r.name != "c")
     assert order == ["fit a", "fit b", "refer a", "fit c", "fit d"]
     assert scheduler.status == {"a": "done", "b": "done", "c": "failed", "d": "failed"}
+
+
+def test_folds_expand_every_cell_and_seed_into_k_runs_with_one_label(tmp_path: Path) -> None:
+    """``folds: 3``: three runs per config and seed, named ``-fold<i>``, labelled by the config stem,
+    each fit told its fold; without ``folds`` the plan is unchanged."""
+    from lightning_fed.sweep import _fit_args
+
+    runs = plan([ROOT / "configs" / "fedavg.yaml"], [11], tmp_path, folds=3)
+    assert [r.name for r in runs] == ["fedavg-seed11-fold0", "fedavg-seed11-fold1", "fedavg-seed11-fold2"]
+    assert {r.label for r in runs} == {"fedavg"}
+    args = _fit_args(runs[2], [])
+    assert "--data.split.folds=3" in args and "--data.split.fold=2" in args and "--seed=11" in args
+    single = plan([ROOT / "configs" / "fedavg.yaml"], [11], tmp_path)
+    assert not any(a.startswith("--data.split") for a in _fit_args(single[0], []))
+    with pytest.raises(ValueError, match=r"sweep\.folds must be an integer >= 2"):
+        plan([ROOT / "configs" / "fedavg.yaml"], [11], tmp_path, folds=1)

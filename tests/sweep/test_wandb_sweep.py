@@ -57,3 +57,10 @@ def test_main_prints_the_spec(tmp_path: Path, capsys) -> None:
     main([str(grid)])
     spec = yaml.safe_load(capsys.readouterr().out)
     assert spec["parameters"] == {"config": {"values": ["configs/fedavg.yaml"]}, "seed": {"values": [1, 2]}}
+
+
+def test_folds_become_the_fold_parameters() -> None:
+    spec = wandb_sweep_spec({"configs": ["configs/fedavg.yaml"], "seeds": [0], "folds": 3})
+    assert spec["parameters"]["data.split.folds"] == {"value": 3}
+    assert spec["parameters"]["data.split.fold"] == {"values": [0, 1, 2]}
+    assert "data.split.fold" not in wandb_sweep_spec({"configs": ["configs/fedavg.yaml"]})["parameters"]

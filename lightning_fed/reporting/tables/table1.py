@@ -126,11 +126,14 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
         e.g. FedAvg), ``rounds``, ``wall_seconds``, ``total_bytes``, the :data:`DIAGNOSTICS`,
         ``restored_best`` and ``best_round`` (early stopping; all null when absent), ``path``, the
         :data:`SUPPORT` columns (null for older runs), the :data:`FAULTS` counts (null where the
-        summary has none), then the ``metrics:`` columns of the runs that
-        have them; sorted by method, seed and run.
+        summary has none), then the ``metrics:`` columns of the runs that have them, then ``fold`` and
+        ``folds`` when a run has them (``data.split.folds``; a run of
+        :func:`~lightning_fed.reporting.folds.pool_folds` has ``folds`` and no ``fold``); sorted by
+        method, seed (fold) and run.
 
     Raises:
-        ValueError: If two runs share a method label and a seed (a table counts each seed once).
+        ValueError: If two runs share a method label, a seed and a fold (a table counts each seed
+            once).
     """
     rows, metric_rows = [], []
     for record in records:
@@ -159,16 +162,33 @@ def runs_frame(records: Sequence[RunRecord]) -> pl.DataFrame:
     runs = pl.DataFrame(rows, schema=_RUN_SCHEMA)
     if any(metric_rows):  # the runs' ``metrics:`` (torchmetrics per center), after the fixed columns
         runs = pl.concat([runs, pl.DataFrame(metric_rows, infer_schema_length=None)], how="horizontal")
-    runs = runs.sort("method", "seed", "run")
-    twice = runs.filter(pl.struct("method", "seed").is_duplicated())
+    replicate = _replicate_columns(records)
+    if replicate is not None:
+        runs = pl.concat([runs, replicate], how="horizontal")
+    key = ["method", "seed", *(["fold"] if replicate is not None else [])]
+    runs = runs.sort(*key, "run")
+    twice = runs.filter(pl.struct(key).is_duplicated())
     if twice.height:
         first = twice.row(0, named=True)
-        same = twice.filter((pl.col("method") == first["method"]) & (pl.col("seed") == first["seed"]))
+        same = twice.filter(pl.all_horizontal(pl.col(k).eq_missing(first[k]) for k in key))
+        fold = "" if replicate is None or first["fold"] is None else f" fold {first['fold']}"
         raise ValueError(
-            f"runs {', '.join(same['path'])} are all method {first['method']!r} with seed {first['seed']}: "
-            "a table counts each seed once, so remove the extra runs or report them separately"
+            f"runs {', '.join(same['path'])} are all method {first['method']!r} with seed "
+            f"{first['seed']}{fold}: a table counts each seed once, so remove the extra runs or report "
+            "them separately"
         )
     return runs
+
+
+def _replicate_columns(records: Sequence[RunRecord]) -> pl.DataFrame | None:
+    """``fold`` and ``folds`` (``data.split.folds``) per record, appended to :func:`runs_frame`; None
+    when no record has them (the frame of single-split runs is unchanged)."""
+    if all(r.fold is None and r.folds is None for r in records):
+        return None
+    return pl.DataFrame(
+        {"fold": [r.fold for r in records], "folds": [r.folds for r in records]},
+        schema={"fold": pl.Int64, "folds": pl.Int64},
+    )
 
 
 def runs_with_centers(records: Sequence[RunRecord]) -> pl.DataFrame:
@@ -356,10 +376,12 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         ``center_aurocs``, :func:`runs_with_centers`; otherwise null): ``center_pairs``,
         ``center_diff``, ``center_ci_low`` / ``center_ci_high`` (hierarchical bootstrap, centers
         within seeds, :func:`~lightning_fed.reporting.stats.center_paired_comparison`) and
-        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only; last, the
+        ``center_vs_ref``, then the same ``robust_center_*`` over the robust centers only; then the
         means over seeds of the :data:`FAULTS` counts (``rejected_payloads``, ``clipped_payloads``,
-        ``diverged_center_rounds``; null when no run of the method records one). Sorted
-        by ``auroc_mean`` descending (ties by method).
+        ``diverged_center_rounds``; null when no run of the method records one); with repeated
+        evaluation (runs pooled by :func:`~lightning_fed.reporting.folds.pool_folds`, whose per-center
+        AUROCs are the out-of-fold ones) a last column ``folds`` (``k``, null for a method run on one
+        split). Sorted by ``auroc_mean`` descending (ties by method).
 
     Raises:
         ValueError: If ``reference`` is given but no run has that method label.
@@ -390,7 +412,7 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
     paired = _paired(runs, methods, resolved)
     front = table.select("method", "auroc_mean", "auroc_std", "n_seeds")
     support = list(_SUPPORT_NAMES.values())
-    return pl.concat(
+    out = pl.concat(
         [
             front,
             paired.drop("method"),
@@ -401,6 +423,10 @@ def table1(runs: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
         ],
         how="horizontal",
     )
+    if "folds" not in runs.columns:
+        return out
+    folds = runs.group_by("method").agg(pl.col("folds").max())
+    return out.join(folds, on="method", how="left", maintain_order="left")
 
 
 def _reference(table: pl.DataFrame) -> str | None:
@@ -533,6 +559,14 @@ def to_markdown(table: pl.DataFrame) -> str:
         " Inf) and were rolled back (each: mean over seeds; -: not recorded). Nonzero counts mark a run"
         " under faults or attack, not an ordinary weaker one."
     )
+    if "folds" in table.columns and table["folds"].drop_nulls().len():
+        k = ", ".join(str(v) for v in sorted(set(table["folds"].drop_nulls().to_list())))
+        legend += (
+            f" Repeated evaluation (data.split.folds = {k}): a seed is its k fold runs pooled; each center's"
+            " test AUROC, and every figure above built from it, comes from its out-of-fold test predictions"
+            " (k test folds covering the center's rows, each scored by the fold's own model); bandwidth,"
+            " rounds and wall time are means over the folds; each fold's own numbers are in folds.csv."
+        )
     if reference is None and table.height > 1:
         legend += " " + missing_reference_note(table["method"].to_list())
     return markdown_table(header, rows, legend)
@@ -552,7 +586,10 @@ def write_table(df: pl.DataFrame, path_stem: str | Path) -> tuple[Path, Path]:
 
 
 def spec(reference: str | None = None) -> TableSpec:
-    """``table1.md`` / ``table1.csv`` with the paired differences to ``reference`` (:func:`table1`)."""
+    """``table1.md`` / ``table1.csv`` with the paired differences to ``reference`` (:func:`table1`).
+
+    Expects the records after :func:`~lightning_fed.reporting.folds.pool_folds` (``report`` pools
+    them once for every table)."""
     return TableSpec(
         "table1.md",
         runs_with_centers,

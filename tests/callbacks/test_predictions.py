@@ -1,0 +1,75 @@
+"""``predictions.parquet``: every evaluated row's label and probability, consistent with the summary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from lightning.fabric import Fabric
+
+from lightning_fed.algorithms import FedAvg
+from lightning_fed.callbacks import CentersWriter, PredictionsWriter
+from lightning_fed.data import TeacherICU
+from lightning_fed.data.split import Split
+from lightning_fed.federation import Federation
+from lightning_fed.models import MortalityMLP
+from lightning_fed.types import TrainerConfig
+from tests.conftest import make_federation
+
+
+def _fit(data, tmp_path: Path) -> tuple[Federation, dict]:
+    fed = Federation(
+        data,
+        MortalityMLP(hidden=(8,), dropout=0.0),
+        FedAvg(),
+        TrainerConfig(rounds=2, local_epochs=1, batch_size=32),
+        fabric=Fabric(
+            accelerator="cpu",
+            devices=1,
+            callbacks=[
+                CentersWriter(tmp_path / "centers.parquet"),
+                PredictionsWriter(tmp_path / "predictions.parquet"),
+            ],
+        ),
+    )
+    return fed, fed.fit()
+
+
+def test_predictions_auroc_is_sklearns_and_the_summarys(tmp_path: Path) -> None:
+    """Per center and split, sklearn's ``roc_auc_score`` on the file's labels and probabilities equals
+    ``centers.parquet``'s AUROC (NaN where one class is absent), and over every test row it equals the
+    summary's pooled AUROC; the row counts equal the splits' sizes."""
+    metrics = pytest.importorskip("sklearn.metrics")
+    fed, summary = _fit(make_federation([30, 20, 200, 400]), tmp_path)
+    preds = pl.read_parquet(tmp_path / "predictions.parquet")
+    centers = pl.read_parquet(tmp_path / "centers.parquet")
+    assert preds["source_row"].null_count() == preds.height  # hand-built centers: no source rows
+    for split in ("val", "test"):
+        for c, center in enumerate(fed.data.centers):
+            rows = preds.filter((pl.col("center") == c) & (pl.col("split") == split)).sort("row")
+            y = getattr(center, f"y_{split}").numpy()
+            assert rows["row"].to_list() == list(range(len(y)))
+            np.testing.assert_array_equal(rows["label"].to_numpy(), y.astype(int))
+            expected = centers[f"{split}_auroc"][c]
+            if len(np.unique(y)) < 2:
+                assert math.isnan(expected)
+                continue
+            got = metrics.roc_auc_score(rows["label"].to_numpy(), rows["probability"].to_numpy())
+            assert math.isclose(got, expected, abs_tol=1e-9), (split, c)
+    test = preds.filter(pl.col("split") == "test")
+    pooled = metrics.roc_auc_score(test["label"].to_numpy(), test["logit"].to_numpy())
+    assert math.isclose(pooled, summary["test_auroc_pooled"], abs_tol=1e-9)
+
+
+def test_source_rows_are_the_pooled_tables_rows(tmp_path: Path) -> None:
+    """A table source records each row's position in its pooled table: the labels there are the
+    file's labels, and with folds the test rows are that fold's."""
+    source = TeacherICU(num_centers=3, num_stays=400, min_stays=40, split=Split(folds=3, fold=1))
+    _fit(source.build(0), tmp_path)
+    preds = pl.read_parquet(tmp_path / "predictions.parquet")
+    table = source.table(0)
+    assert preds["source_row"].null_count() == 0
+    np.testing.assert_array_equal(table.y[preds["source_row"].to_numpy()], preds["label"].to_numpy())
