@@ -103,6 +103,7 @@ from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.models.base import CenterModule
 from lightning_fed.privacy import GaussianMechanism, noisy_descriptors
+from lightning_fed.selection.abps.board import book_features, book_observations
 from lightning_fed.selection.abps.credit import ShapleyCredit
 from lightning_fed.selection.abps.selector import BayesianSelector
 from lightning_fed.selection.base import PartnerSelector, partner_edges, partner_lists
@@ -269,6 +270,8 @@ class ABPS(JoinsNearestPeers, Algorithm):
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         if not self.published:
             self._publish_metadata(wire, ctx.round)
+        if ctx.round == 0:  # the public pair features a learned policy reads (selection/abps/board.py)
+            book_features(wire.ledger, 0, self.num_centers, self.selector.feature_record_bytes)
         t0 = time.perf_counter()
         available = wire.available(ctx.round, self.num_centers)
         partners = self._select(ctx.round, available)
@@ -297,6 +300,8 @@ class ABPS(JoinsNearestPeers, Algorithm):
                 personal = {n: p for n, p in params.items() if n not in shared}
                 credit = self.credit(ctx, partners, shared, got.received, (src, dst), self.n_train, personal)
                 self.selector.observe(*credit)
+                if self.selector.pools_observations:
+                    book_observations(wire.ledger, ctx.round, credit[0], available)
             t3 = time.perf_counter()
         self._round.update(seconds_matching=t1 - t0, seconds_shapley=t3 - t2)
         self.last_partners = partners

@@ -80,6 +80,11 @@ class PartnerSelector(ABC):
             :class:`~lightning_fed.selection.GraphNeighbours`); None when the partners change from
             round to round. The graph methods take their Metropolis weights and graph statistics
             from it, and EdgeDRM's stage II needs it.
+        pools_observations: Whether :meth:`select` reads other centers' observations (every
+            observer then posts its round's observations; ABPS books them,
+            :mod:`lightning_fed.selection.abps.board`).
+        feature_record_bytes: Bytes of the public pair features each center registers once (0: the
+            selector reads none; :mod:`lightning_fed.selection.abps.board`).
     """
 
     learns: bool = False
@@ -87,6 +92,8 @@ class PartnerSelector(ABC):
     kappa: int
     last_match: MatchRecord | None = None
     graph: Graph | None = None
+    pools_observations: bool = False
+    feature_record_bytes: int = 0
 
     @abstractmethod
     def setup(self, metadata: Tensor, seed: int) -> None:

@@ -116,7 +116,9 @@ def test_moon_contrastive_loss_value() -> None:
 
 
 @pytest.mark.parametrize(
-    "make", [lambda: FedProx(mu=0.5), lambda: FedDyn(alpha=0.1), lambda: MOON(mu=1.0, tau=0.5)], ids=str
+    "make",
+    [lambda: FedProx(mu=0.5), lambda: FedDyn(alpha=0.1), lambda: MOON(mu=1.0, tau=0.5)],
+    ids=["fedprox", "feddyn", "moon"],
 )
 def test_packed_engine_matches_sequential_with_local_terms(make) -> None:
     data = make_federation([40, 7, 70, 3, 25])

@@ -194,7 +194,17 @@ def ucb_scores(posterior: BetaPosterior, t: int, gamma: float) -> SparseScores:
 
 
 class SelectionPolicy(ABC):
-    """Scores of one round from the Beta posterior (ranking and acceptance alike)."""
+    """Scores of one round from the Beta posterior (ranking and acceptance alike).
+
+    Attributes:
+        pools_observations: Whether the scores read other centers' observations (booked by ABPS as
+            posted to the directory, :mod:`~lightning_fed.selection.abps.board`); False: each center
+            scores from its own.
+        feature_record_bytes: Bytes of the public pair features a center registers once (0: none).
+    """
+
+    pools_observations: bool = False
+    feature_record_bytes: int = 0
 
     @abstractmethod
     def scores(self, posterior: BetaPosterior, t: int, generator: torch.Generator) -> Tensor:
@@ -296,6 +306,11 @@ class ScaledUCB(SelectionPolicy):
             f"{SELECTOR_KEY}.policy.init_args.min_scale", min_scale, 0.0, strict=True
         )
         self.setup()
+
+    @property
+    def pools_observations(self) -> bool:  # type: ignore[override]
+        """The estimated ``s`` is pooled over every observer's observations (a fixed ``scale`` is not)."""
+        return self.scale is None
 
     def setup(self) -> None:
         #: Per observed pair: sum of phi_bar, sum of phi_bar^2, observations (None before any).

@@ -58,8 +58,8 @@ refusal; set ``tau_acc: 0`` to accept everyone, or an acceptance rule
 Wire. The features are public (descriptors, declared attributes); pooling means every center
 publishes its sufficient statistics :math:`(\sum x x^\top, \sum x \bar\phi, \sum \bar\phi^2, n)` each
 round, ``(d + 1)(d + 2)/2 + 1`` numbers and never a row; the peer effect needs, per observation, the
-peer and the credit (two numbers). They are not yet booked on the ledger (issue 30, left open), and the
-descriptors are read from the data at setup, also without a filter.
+peer and the credit (two numbers). ABPS books the simplest complete form, every observation posted
+to the directory, and each center's feature record once (:mod:`~lightning_fed.selection.abps.board`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,13 @@ class PairRegression(SelectionPolicy):
             Bayes; module docstring).
         peer_effect: Add a per-peer effect pooled over observers (module docstring); default False
             (the model measured in docs/results/abps_learned).
+
+    The noise ``sigma^2`` and the residual spread ``tau^2`` are federation-wide estimates also with
+    ``pool: false``, so the policy always reads every observer's observations
+    (:attr:`pools_observations`).
     """
+
+    pools_observations = True
 
     def __init__(
         self,
@@ -116,6 +122,8 @@ class PairRegression(SelectionPolicy):
         self.residual = bool(residual)
         self.peer_effect = bool(peer_effect)
         self.dim = 1 + self.metadata_dim + len(self.attributes)
+        #: Each center's public feature record: descriptor entries in float64, attribute codes in int32.
+        self.feature_record_bytes = 8 * self.metadata_dim + 4 * len(self.attributes)
         self.descriptors: Tensor | None = None
         self.codes: Tensor | None = None
         self.setup()

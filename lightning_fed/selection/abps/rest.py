@@ -158,10 +158,13 @@ class AcceptanceRule(ABC):
     Attributes:
         mutual: Whether the proposer applies the rule to its own proposals too.
         threshold: The level the table is compared with.
+        pools_observations: Whether the table reads other centers' observations (booked by ABPS,
+            :mod:`~lightning_fed.selection.abps.board`).
     """
 
     mutual: bool = True
     threshold: float = 0.5
+    pools_observations: bool = False
 
     def setup(self, c_neg: float) -> None:  # noqa: B027 (stateless by default)
         """Forget everything learned; ``c_neg`` is the selector's Eq. 21 threshold (used when the
@@ -207,6 +210,9 @@ class AcceptanceRule(ABC):
 class PosteriorExceedance(AcceptanceRule):
     r"""Accept ``j`` iff ``P(u_{i->j} > c_neg | data) >= level`` (module docstring: derivation, rest).
 
+    Its width is the within-pair noise pooled over every observed pair, so it reads every center's
+    observations (:attr:`pools_observations`).
+
     Args:
         c_neg: The negative-transfer threshold on the clipped utility (None: Lemma 1's Eq. 21 from
             the selector's ``phi_min``/``phi_max``, 0.5 for the paper's clip), in ``[0, 1]``.
@@ -223,6 +229,8 @@ class PosteriorExceedance(AcceptanceRule):
             docstring; needs a policy with ``predictive``, e.g. ``PairRegression``); exclusive with
             ``empirical_prior``.
     """
+
+    pools_observations = True
 
     def __init__(
         self,

@@ -106,6 +106,10 @@ class BayesianSelector(PartnerSelector):
                 f"{SELECTOR_KEY}.acceptance must be an AcceptanceRule, got {type(acceptance).__name__}"
             )
         self.acceptance = acceptance
+        self.pools_observations = self.policy.pools_observations or bool(
+            acceptance is not None and acceptance.pools_observations
+        )
+        self.feature_record_bytes = self.policy.feature_record_bytes
 
     def declare(self, attributes: list[dict[str, Any]]) -> None:
         """The centers' declared attributes (``center.attributes``, one dict per center), public like
