@@ -287,9 +287,8 @@ def _pfl_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         training_data=FederatedDataset(
             train_sets.__getitem__, get_user_sampler("minimize_reuse", list(range(n)))
         ),
-        val_data=FederatedDataset(
-            eval_sets.__getitem__, get_user_sampler("minimize_reuse", list(range(n)))
-        ),  # unused
+        # pfl requires a val population; it is not sampled (val_cohort_size=None): RoundEnd evaluates.
+        val_data=FederatedDataset(eval_sets.__getitem__, get_user_sampler("minimize_reuse", list(range(n)))),
         postprocessors=[WeightByDatapoints()],
     )
     mlp = PflMLP(template)
