@@ -694,12 +694,25 @@ class _Sampler(threading.Thread):
         return self.cpu[b] - self.cpu[a]
 
 
-def _launch(framework: str, args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Run one framework's worker in a child process; its numbers with the parent's measurements."""
+def _worker_command(framework: str, args: argparse.Namespace, out: Path) -> list[str]:
+    """The command line of this script's worker for ``framework``."""
     cmd = [sys.executable, "-c", "from benchmarks.peers.flower_fedavg import worker_main; worker_main()"]
     cmd += ["--worker", framework, "--out", str(out), "--rounds", str(args.rounds)]
     cmd += ["--centers", str(args.centers), "--stays", str(args.stays), "--seed", str(args.seed)]
     cmd += ["--dropout", str(args.dropout), "--actors", str(args.actors), "--threads", str(args.threads)]
+    return cmd
+
+
+def _launch(
+    framework: str, args: argparse.Namespace, out: Path, cmd: list[str] | None = None
+) -> dict[str, Any]:
+    """Run one framework's worker in a child process; its numbers with the parent's measurements.
+
+    Args:
+        cmd: The worker's command line (default: :func:`_worker_command`); another peer's script
+            passes its own (``benchmarks/peers/pfl_fedavg.py``: another interpreter, another worker).
+    """
+    cmd = cmd or _worker_command(framework, args, out)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("FLWR_TELEMETRY_ENABLED", "0")  # no network calls from the benchmark
