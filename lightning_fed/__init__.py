@@ -7,14 +7,6 @@ Import-light on purpose: ``import lightning_fed`` does not import torch or light
     from lightning_fed.models import MortalityMLP
     from lightning_fed.algorithms import FedAvg
     from lightning_fed.federation import Federation
-
-Importing it also registers torchmetrics' package without running its ``__init__`` until a name
-defined there is used (:mod:`lightning_fed.deferred_imports`): Lightning's import then skips every
-metric family, torchvision and scipy.signal, about a third of a run's import time.
 """
 
-from lightning_fed.deferred_imports import defer_torchmetrics
-
 __version__ = "0.1.0"
-
-defer_torchmetrics()

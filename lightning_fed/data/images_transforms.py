@@ -35,6 +35,7 @@ import itertools
 from dataclasses import dataclass
 
 import torch
+import torchvision.transforms.functional as TF
 from torch import Tensor
 
 __all__ = [
@@ -109,10 +110,6 @@ class ColourTransform:
         x = images.float()
         if x.shape[0] == 0:
             return x
-        # torchvision only here: importing it (and the torch._dynamo it imports) at module level cost
-        # every run, image or not, start-up time (benchmarks/startup.py --imports).
-        import torchvision.transforms.functional as TF
-
         rgb = x.shape[1] == 3
         if self.gamma != 1.0:
             x = x.clamp(0.0, 1.0).pow(self.gamma)

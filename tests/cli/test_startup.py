@@ -17,15 +17,6 @@ from lightning_fed.startup import STARTUP_LOG_ENV, logger_enabled_hint, mark, st
 pytestmark = pytest.mark.cli  # drives the CLI end to end or spawns a process
 
 ROOT = Path(__file__).resolve().parents[2]
-#: A fit of a few seconds: 6 small centers, a small model, one round.
-TINY_FIT = [
-    "--data.class_path=lightning_fed.data.SyntheticICU",
-    "--data.init_args.num_centers=6",
-    "--data.init_args.num_stays=1200",
-    "--model.init_args.hidden=[16, 8]",
-    "--trainer.rounds=1",
-    "--output.progress_bar=false",
-]
 TINY = [
     "--data.class_path=lightning_fed.data.SyntheticICU",
     "--data.init_args.num_centers=6",
@@ -128,61 +119,3 @@ def test_benchmark_phases_by_hand() -> None:
     assert phases["round"][0] == 0.25 and math.isnan(phases["round"][1])
     assert phases["wandb_init"][0] == pytest.approx(0.75) and math.isnan(phases["wandb_init"][1])
     assert phases["to_round_1"] == (8.0, 3.7) and phases["to_round_1_logged"] == (10.0, 4.7)
-
-
-def _in_fresh_process(code: str) -> dict:
-    """Run ``code`` (which prints one JSON object last) in a fresh interpreter; that object."""
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-#: Modules that only torchmetrics' package ``__init__`` imports on the fit path: every metric family,
-#: torchvision (through its image metrics) and scipy.signal (audio).
-NOT_ON_THE_FIT_PATH = ("torchmetrics.functional", "torchmetrics.image", "torchvision", "scipy.signal")
-
-
-def test_fit_does_not_import_torchmetrics_families_torchvision_or_scipy_signal(tmp_path: Path) -> None:
-    """A whole tiny fit through the CLI runs without torchmetrics' ``__init__`` (Lightning only reads
-    its version and ``Metric``): torchvision, scipy.signal and the metric families stay unimported."""
-    argv = ["fit", *TINY_FIT, f"--output.root={tmp_path}", "--output.name=run", "--logger.enabled=false"]
-    USED = ["lightning", "torchmetrics.metric"]
-    code = (
-        "import json, sys; from lightning_fed.cli import main; "
-        f"main({argv!r}); "
-        f"print(json.dumps({{m: m in sys.modules for m in {[*NOT_ON_THE_FIT_PATH, *USED]!r}}}))"
-    )
-    loaded = _in_fresh_process(code)
-    assert (tmp_path / "run" / "summary.json").exists()
-    assert all(loaded[m] for m in USED)  # the fit did import Lightning
-    assert [m for m in NOT_ON_THE_FIT_PATH if loaded[m]] == []
-
-
-def test_deferred_torchmetrics_behaves_as_the_package_when_used() -> None:
-    """After ``import lightning_fed`` and Lightning: the version, ``Metric``, a submodule class, a
-    top-level name (which runs the real ``__init__``) all resolve to torchmetrics' own objects, and
-    its logger has one handler, as the ordinary import leaves it."""
-    code = (
-        "import json, logging, sys; import lightning_fed, lightning; import torchmetrics; "
-        "from importlib.metadata import version; "
-        "before = 'torchmetrics.functional' in sys.modules; "
-        "from torchmetrics import Metric; from torchmetrics.classification import BinaryAUROC; "
-        "mean = torchmetrics.MeanMetric; "
-        "print(json.dumps({'version': torchmetrics.__version__ == version('torchmetrics'), 'before': before, "
-        "'metric': Metric is sys.modules['torchmetrics.metric'].Metric, "
-        "'auroc': issubclass(BinaryAUROC, Metric), 'mean': mean.__module__, "
-        "'after': 'torchmetrics.functional' in sys.modules, "
-        "'handlers': len(logging.getLogger('torchmetrics').handlers), "
-        "'all': 'MeanMetric' in torchmetrics.__all__}))"
-    )
-    got = _in_fresh_process(code)
-    assert got == {
-        "version": True,
-        "before": False,
-        "metric": True,
-        "auroc": True,
-        "mean": "torchmetrics.aggregation",
-        "after": True,
-        "handlers": 1,
-        "all": True,
-    }
