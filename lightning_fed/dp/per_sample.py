@@ -38,7 +38,8 @@ def per_sample_grads(
     x: Tensor,
     y: Tensor,
     randomness: str = "error",
-) -> dict[str, Tensor]:
+    with_loss: bool = False,
+) -> dict[str, Tensor] | tuple[dict[str, Tensor], Tensor]:
     """``{name: [B, *shape]}``: the gradient of ``loss(params, x_b[None], y_b[None])`` for every row ``b``.
 
     Args:
@@ -48,12 +49,14 @@ def per_sample_grads(
         y: Labels ``[B]``.
         randomness: ``torch.vmap``'s for random ops in the loss (``"different"``: dropout draws a
             mask per row; the default refuses random ops).
+        with_loss: Also return each row's loss ``[B]`` (from the same forward pass).
     """
 
     def one(p: dict[str, Tensor], xb: Tensor, yb: Tensor) -> Tensor:
         return loss(p, xb.unsqueeze(0), yb.unsqueeze(0))
 
-    return torch.func.vmap(torch.func.grad(one), in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
+    transform = torch.func.grad_and_value(one) if with_loss else torch.func.grad(one)
+    return torch.func.vmap(transform, in_dims=(None, 0, 0), randomness=randomness)(params, x, y)
 
 
 def clip_rows(grads: dict[str, Tensor], clip: float) -> dict[str, Tensor]:
