@@ -72,10 +72,11 @@ def test_packed_clipped_per_row_gradients_equal_a_per_row_loop() -> None:
 
 def test_packed_dp_sgd_equals_the_sequential_per_row_reference_float64() -> None:
     """Same noise bits (seeded per center and step), per-row gradients by vmap against a loop:
-    float64 parameters agree to 1e-12 after 2 rounds of Adam."""
+    float64 parameters agree to 1e-14 after 2 rounds of Adam (measured 3e-17: the per-row gradients
+    of a batched matmul and of one backward per row differ in the last bit)."""
     packed, sequential = _engines()
     a, b = packed.get_params(), sequential.get_params()
-    assert max(float((a[n] - b[n]).abs().max()) for n in a) < 1e-12
+    assert max(float((a[n] - b[n]).abs().max()) for n in a) < 1e-14
     plain, _ = _engines(dp=None)
     c = plain.get_params()
     assert max(float((a[n] - c[n]).abs().max()) for n in a) > 1e-3  # DP changed the training
@@ -85,14 +86,17 @@ def test_noise_is_keyed_by_seed_round_center_and_step() -> None:
     a = step_noise(0, 3, [4, 7], 2, 5, torch.float64)
     b = step_noise(0, 3, [7], 2, 5, torch.float64)
     assert torch.equal(a[1], b[0])  # center 7's noise whatever it is drawn with
-    for other in (step_noise(1, 3, [4], 2, 5, torch.float64), step_noise(0, 4, [4], 2, 5, torch.float64),
-                  step_noise(0, 3, [4], 3, 5, torch.float64)):
+    for other in (
+        step_noise(1, 3, [4], 2, 5, torch.float64),
+        step_noise(0, 4, [4], 2, 5, torch.float64),
+        step_noise(0, 3, [4], 3, 5, torch.float64),
+    ):
         assert not torch.equal(a[0], other[0])
 
 
 def test_dp_sgd_without_noise_and_a_huge_clip_is_plain_sgd_float64() -> None:
-    """sigma -> 0 (1e-300) and C = 1e10 (above every row norm): the clipped mean is the plain batch gradient, so DP-SGD trains
-    like the plain engine (the sequential reference, float64)."""
+    """sigma -> 0 (1e-300) and C = 1e10 (above every row norm): the clipped mean is the plain batch
+    gradient, so DP-SGD trains like the plain engine (the sequential reference, float64)."""
     loose = DPConfig(level="sample", noise_multiplier=1e-300, max_grad_norm=1e10)
     packed, _ = _engines(dp=loose)
     _, plain = _engines(dp=None)
@@ -108,6 +112,7 @@ class _Prox(LocalTerm):
 @pytest.mark.parametrize("engine", [PackedEngine, SequentialEngine])
 def test_dp_sgd_refuses_a_local_term_in_one_line(engine) -> None:
     with pytest.raises(ValueError, match=r"^trainer\.dp\.level=sample: .*local term _Prox") as err:
-        engine().setup(_module(), _data(), batch_size=8, epochs=1, seed=0, dtype=torch.float64,
-                       dp=DP, local_term=_Prox())
+        engine().setup(
+            _module(), _data(), batch_size=8, epochs=1, seed=0, dtype=torch.float64, dp=DP, local_term=_Prox()
+        )
     assert "\n" not in str(err.value)
