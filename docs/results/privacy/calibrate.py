@@ -49,7 +49,8 @@ def main() -> None:
         print("smallest centers' rows:", sizes)
     for target in TARGETS:
         sigma = solve(target, rates, steps)
-        print(f"epsilon {target:g}: noise_multiplier {sigma:.3f} (epsilon {epsilon(sigma, rates, steps):.3f})")
+        reached = epsilon(sigma, rates, steps)
+        print(f"epsilon {target:g}: noise_multiplier {sigma:.3f} (epsilon {reached:.3f})")
 
 
 if __name__ == "__main__":

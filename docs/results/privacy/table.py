@@ -1,6 +1,6 @@
 """The privacy-utility table (docs/results/privacy/README.md) from the run folders' summary.json.
 
-    python docs/results/privacy/table.py RUNS_ROOT > docs/results/privacy/table.md
+python docs/results/privacy/table.py RUNS_ROOT > docs/results/privacy/table.md
 """
 
 from __future__ import annotations
