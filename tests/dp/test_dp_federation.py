@@ -165,3 +165,13 @@ def test_sequential_engine_with_dp_trains_and_logs_epsilon() -> None:
     fed = _fed(make_federation([20, 9]), DPConfig(level="sample"), engine=SequentialEngine(), rounds=1)
     summary = fed.fit()
     assert summary["privacy/epsilon"] > 0 and "DP-SGD" in fed.engine.training_path
+
+
+def test_sample_level_spends_only_on_the_sampled_centers() -> None:
+    """With 2 of 8 centers a round, the 6 not sampled take no DP-SGD step and spend nothing."""
+    pytest.importorskip("dp_accounting", reason=SKIP)
+    fed = _fed(make_federation(SIZES), DPConfig(level="sample"), rounds=1, centers_per_round=2)
+    fed._run_round(0)
+    eps = torch.tensor(fed.privacy.epsilons())
+    sampled = fed.participants(0)
+    assert int(sampled.sum()) == 2 and bool((eps[sampled] > 0).all()) and bool((eps[~sampled] == 0).all())
