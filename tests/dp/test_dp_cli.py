@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from lightning_fed.cli import fit_parser, main
-from lightning_fed.runfolder.fingerprint import fingerprinted
+from lightning_fed.runfolder.fingerprint import config_fingerprint, fingerprinted
 from tests.cli.test_cli import TINY
 
 
@@ -76,7 +76,12 @@ def test_a_dp_fit_writes_epsilon_per_round_and_in_the_summary(tmp_path: Path) ->
 
 
 def test_trainer_dp_leaves_old_fingerprints_alone() -> None:
+    """``trainer.dp: null`` (what every older config resolves to) is left out of the fingerprint
+    (``ADDED_LATER``), so runs from before the key resume; a DP setting changes it."""
     parser = fit_parser()
+    now = parser.parse_args(["--config=configs/fedavg.yaml"]).as_dict()
+    before = {**now, "trainer": {k: v for k, v in now["trainer"].items() if k != "dp"}}
+    assert config_fingerprint(now) == config_fingerprint(before)
     assert not any(k.startswith("trainer.dp") for k in fingerprinted(parser.parse_args([]).as_dict()))
     changed = fingerprinted(parser.parse_args(["--trainer.dp.level=client"]).as_dict())
     assert changed["trainer.dp.level"] == "client" and changed["trainer.dp.noise_multiplier"] == 1.0
