@@ -1,11 +1,12 @@
 """Noise multipliers that hit a target epsilon for the privacy-utility table (docs/results/privacy).
 
-Sample level (DP-SGD): the run's ``privacy/epsilon`` is the largest over the centers, which for a
-fixed ``sigma`` is reached by the center with the highest sampling rate ``q_c = min(1, B / n_c)``
-(ties: the most steps); the bisection runs on the centers with the ``k`` smallest ``n_c`` (the
-largest ``q_c``). Client level (DP-FedAvg): one event per round at ``q = K / C``.
+Sample level (DP-SGD): the run's ``privacy/epsilon`` is the largest over the centers; which center
+reaches it depends on both its rate ``q_c = min(1, B / n_c)`` and its steps ``T_c`` (a center just
+above the batch size has ``q_c`` near 1 and twice the steps of one below it), so the script ranks
+every center at a first ``sigma``, bisects on the three highest and checks the answer on all of them.
+Client level (DP-FedAvg): one event per round at ``q = K / C``.
 
-    python docs/results/privacy/calibrate.py sample 40 20000 10   # centers, stays, rounds
+    python docs/results/privacy/calibrate.py sample 40 20000 5   # centers, stays, rounds
     python docs/results/privacy/calibrate.py client 230 71000 50 23
 """
 
@@ -43,13 +44,23 @@ def main() -> None:
         rates, steps = [per_round / centers], [rounds]
     else:
         data = SyntheticICU(num_centers=centers, num_stays=stays).build(0)
-        sizes = sorted(c.n_train for c in data.centers)[:3]
-        rates = [min(1.0, BATCH / n) for n in sizes]
-        steps = [rounds * steps_per_round(n, BATCH, EPOCHS) for n in sizes]
-        print("smallest centers' rows:", sizes)
+        pairs = sorted(
+            {
+                (min(1.0, BATCH / c.n_train), rounds * steps_per_round(c.n_train, BATCH, EPOCHS))
+                for c in data.centers
+            }
+        )
+        ledger = RdpLedger(5.0, DELTA, len(pairs))
+        ledger.record([q for q, _ in pairs], [t for _, t in pairs])
+        ranked = sorted(zip(ledger.epsilons(), pairs, strict=True), reverse=True)[:3]
+        rates, steps = [q for _, (q, _) in ranked], [t for _, (_, t) in ranked]
+        all_rates, all_steps = [q for q, _ in pairs], [t for _, t in pairs]
+        print("highest-epsilon centers (q, steps):", [p for _, p in ranked])
     for target in TARGETS:
         sigma = solve(target, rates, steps)
         reached = epsilon(sigma, rates, steps)
+        if level != "client":
+            reached = epsilon(sigma, all_rates, all_steps)  # the largest over every center
         print(f"epsilon {target:g}: noise_multiplier {sigma:.3f} (epsilon {reached:.3f})")
 
 
