@@ -29,20 +29,22 @@ def main() -> None:
     root = Path(sys.argv[1])
     print(
         "| level | target epsilon | sigma | clip | logged epsilon (max) | median center epsilon | "
-        "test AUROC mean | pooled | undefined / fragile | wall s |"
+        "test AUROC mean | pooled | robust (centers) | undefined / fragile | wall s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for level, name, target in ROWS:
         path = root / name / "summary.json"
         if not path.is_file():
-            print(f"| {level} | {target} | (not run) | | | | | | | |")
+            print(f"| {level} | {target} | (not run) | | | | | | | | |")
             continue
         s = json.loads(path.read_text())
         print(
             f"| {level} | {target} | {_f(s.get('privacy/noise_multiplier'))} | "
             f"{_f(s.get('privacy/max_grad_norm'), 2)} | {_f(s.get('privacy/epsilon'), 2)} | "
             f"{_f(s.get('privacy/epsilon_median'), 2)} | {_f(s['test_auroc_mean'])} | "
-            f"{_f(s['test_auroc_pooled'])} | {s['test_auroc_undefined']} / {s['test_auroc_fragile']} | "
+            f"{_f(s['test_auroc_pooled'])} | "
+            f"{_f(s['test_auroc_robust'])} ({s['test_auroc_robust_centers']}) | "
+            f"{s['test_auroc_undefined']} / {s['test_auroc_fragile']} | "
             f"{s['wall_seconds']:.0f} |"
         )
 
