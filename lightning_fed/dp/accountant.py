@@ -118,10 +118,13 @@ class RdpLedger:
         if q not in self._one_step:
             accountant = self.lib.rdp.RdpAccountant()
             step = self.lib.PoissonSampledDpEvent(q, self.lib.GaussianDpEvent(self.noise_multiplier))
-            with _quiet_absl():
-                accountant.compose(step)
             self._orders = accountant._orders  # the library keeps no public copy of either
-            self._one_step[q] = accountant._rdp.copy()
+            try:
+                with _quiet_absl():
+                    accountant.compose(step)
+                self._one_step[q] = accountant._rdp.copy()
+            except (ArithmeticError, ValueError):  # a sigma too small for the library's series
+                self._one_step[q] = accountant._orders * float("inf")  # no privacy: epsilon inf
         return self._one_step[q]
 
     def epsilons(self) -> list[float]:

@@ -175,3 +175,14 @@ def test_sample_level_spends_only_on_the_sampled_centers() -> None:
     eps = torch.tensor(fed.privacy.epsilons())
     sampled = fed.participants(0)
     assert int(sampled.sum()) == 2 and bool((eps[sampled] > 0).all()) and bool((eps[~sampled] == 0).all())
+
+
+def test_a_noise_too_small_for_the_library_reports_infinite_epsilon() -> None:
+    """sigma = 1e-300 at q < 1: the library's series divides by zero; the ledger reports epsilon inf
+    (no privacy) instead of a traceback."""
+    pytest.importorskip("dp_accounting", reason=SKIP)
+    from lightning_fed.dp import RdpLedger
+
+    ledger = RdpLedger(1e-300, 1e-5, 1)
+    ledger.record([0.1], [3])
+    assert ledger.epsilons() == [float("inf")]

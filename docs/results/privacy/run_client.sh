@@ -14,3 +14,7 @@ for pair in 1:3.185 3:1.453 8:0.857; do
   lightning_fed_fit "${common[@]}" --output.name="client_eps$eps" --trainer.dp.level=client \
     --trainer.dp.noise_multiplier="$sigma" --trainer.dp.max_grad_norm=0.25 --trainer.dp.delta=1e-5
 done
+# Clipping and unweighted averaging without noise (sigma 1e-300; epsilon infinite): what the
+# mechanism costs before any noise.
+lightning_fed_fit "${common[@]}" --output.name=client_clip_only --trainer.dp.level=client \
+  --trainer.dp.noise_multiplier=1e-300 --trainer.dp.max_grad_norm=0.25 --trainer.dp.delta=1e-5

@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROWS = [
     ("client", "client_inf", "inf"),
+    ("client", "client_clip_only", "inf (clip, unweighted, no noise)"),
     ("client", "client_eps8", "8"),
     ("client", "client_eps3", "3"),
     ("client", "client_eps1", "1"),
