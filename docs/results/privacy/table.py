@@ -23,7 +23,18 @@ ROWS = [
 
 
 def _f(value: object, digits: int = 3) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"
+    if value is None:
+        return "-"
+    v = float(value)
+    return f"{v:.{digits}f}" if v == 0 or abs(v) >= 10**-digits else f"{v:.0e}"
+
+
+def _epsilon(summary: dict) -> str:
+    """The logged epsilon; a DP run's null is an infinite epsilon (JSON has no infinity)."""
+    if "privacy/level" not in summary:
+        return "-"
+    value = summary.get("privacy/epsilon")
+    return "inf" if value is None else _f(value, 2)
 
 
 def main() -> None:
@@ -41,7 +52,7 @@ def main() -> None:
         s = json.loads(path.read_text())
         print(
             f"| {level} | {target} | {_f(s.get('privacy/noise_multiplier'))} | "
-            f"{_f(s.get('privacy/max_grad_norm'), 2)} | {_f(s.get('privacy/epsilon'), 2)} | "
+            f"{_f(s.get('privacy/max_grad_norm'), 2)} | {_epsilon(s)} | "
             f"{_f(s.get('privacy/epsilon_median'), 2)} | {_f(s['test_auroc_mean'])} | "
             f"{_f(s['test_auroc_pooled'])} | "
             f"{_f(s['test_auroc_robust'])} ({s['test_auroc_robust_centers']}) | "
