@@ -20,6 +20,8 @@ Observer hooks, in call order (each receives the federation first)::
         #                                  engine.train_round(r)); with trainer.centers_per_round
         #                                  the centers not sampled are put back (they do not train)
         # algorithm.aggregate(r, ...)      exchange over the wire (bytes on the ledger) + mixing
+        # privacy spent                    with trainer.dp: the round's DP steps into the accountant
+        #                                  (lightning_fed.dp.spent; privacy/epsilon in the stats)
         # engine.set_mask(algorithm.parameter_mask())   next round's sparse mask (None: dense)
         # evaluation                       per-center validation and test AUROC (on the rounds
         #                                  trainer.eval_every selects; see below)
@@ -85,8 +87,11 @@ from lightning_fed.comm.sampling import CenterSampler
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
 from lightning_fed.distributed import ShardedEngine
+from lightning_fed.dp.accountant import require_dp_accounting
+from lightning_fed.dp.spent import PrivacySpent
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.eval_step import overrides_eval_step, step_logs
+from lightning_fed.engine.schedule import steps_per_round
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate, support_columns
 from lightning_fed.metrics import (
     batched_auroc,
@@ -191,6 +196,11 @@ class Federation:
             self.wire.faults.check(self.data.num_centers)
             self.wire.faults.bind(self.seed, torch.tensor([c.n_train for c in self.data.centers]))
         self.algorithm.setup(self.data, self.module, self.seed)
+        dp = getattr(self.trainer, "dp", None)
+        if dp is not None:  # refused before any work: no accountant, or a method DP does not cover
+            require_dp_accounting()
+            if dp.level == "client":
+                self.algorithm.use_client_dp(dp)
         groups = self.algorithm.train_groups(self.data)
         sampling = getattr(self.trainer, "centers_per_round", None)
         if sampling is not None:
@@ -221,7 +231,15 @@ class Federation:
             lr_schedule=getattr(self.trainer, "lr_schedule", None),
             reset_optimizer_each_round=getattr(self.trainer, "reset_optimizer_each_round", False),
             augment=getattr(self.data, "train_augment", None),
+            dp=dp if dp is not None and dp.level == "sample" else None,
         )
+        #: The privacy spent so far (``trainer.dp``; :mod:`lightning_fed.dp.spent`); None without DP.
+        self.privacy: PrivacySpent | None = None
+        #: Training rows of each model the engine trains (what DP-SGD's sampling rates divide).
+        self._model_rows = [len(y) for _, y in train]
+        if dp is not None:
+            sizes = self._model_rows if dp.level == "sample" else [c.n_train for c in self.data.centers]
+            self.privacy = PrivacySpent(dp, sizes, self.trainer.batch_size)
         self.engine.set_mask(self.algorithm.parameter_mask())
         #: Torch's intra-op threads for this fit and why (``trainer.threads``; ``fit`` prints it).
         self.threads: ThreadChoice = apply_threads(
@@ -453,6 +471,8 @@ class Federation:
         params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)
+        if self.privacy is not None:
+            self._spend_privacy(r)
         t2 = time.perf_counter()
         val = self.evaluate("val") if self.evaluates(r, "val") else None
         test = self.evaluate("test") if self.evaluates(r, "test") else None
@@ -473,6 +493,7 @@ class Federation:
             **self._fault_stats(r),
             **({} if self.pooled else round_isolation(bytes_per_center, self.participants(r))),
             **self.algorithm.round_stats(),
+            **({} if self.privacy is None else self.privacy.round_stats()),
         }
         return RoundResult(
             round=r,
@@ -492,6 +513,22 @@ class Federation:
             val_logged={} if val is None else val.logged,
             test_logged={} if test is None else test.logged,
         )
+
+    def _spend_privacy(self, r: int) -> None:
+        """Round ``r``'s steps into the privacy ledger (:mod:`lightning_fed.dp.spent`): DP-SGD's
+        noisy steps of every model that trained, or DP-FedAvg's one release of the round."""
+        if self.privacy.dp.level == "client":
+            self.privacy.record_client(int(getattr(self.algorithm, "participants", 0)))
+            return
+        sampled = self.participants(r)
+        epochs = getattr(self.engine, "epochs", self.trainer.local_epochs)
+        steps = [
+            steps_per_round(n, self.trainer.batch_size, epochs, self.trainer.local_steps)
+            for n in self._model_rows
+        ]
+        if sampled is not None:
+            steps = [t if bool(sampled[m]) else 0 for m, t in enumerate(steps)]
+        self.privacy.record_sample(steps)
 
     def participants(self, r: int) -> Tensor | None:
         """Bool ``[C]``: the centers sampled in round ``r`` (:mod:`lightning_fed.comm.sampling`);
@@ -666,6 +703,7 @@ class Federation:
             ),
             **({} if self.pooled else run_isolation(by_round, self._participation())),
             **self.algorithm.summary_stats(),
+            **({} if self.privacy is None else self.privacy.summary()),
             **self.summary_extras,
         }
 
@@ -759,6 +797,7 @@ class Federation:
             },
             **({"norm_bound": self.wire.norm_bound.state_dict()} if self.wire.norm_bound is not None else {}),
             "wall_seconds": self.wall_seconds,
+            **({} if self.privacy is None else {"privacy": self.privacy.state_dict()}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -776,3 +815,5 @@ class Federation:
         if self.wire.norm_bound is not None and "norm_bound" in state:
             self.wire.norm_bound.load_state_dict(state["norm_bound"])
         self._wall_before = float(state.get("wall_seconds", 0.0))
+        if self.privacy is not None and "privacy" in state:
+            self.privacy.load_state_dict(state["privacy"])

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.comm.sampling import check_centers_per_round
+from lightning_fed.dp.config import DPConfig
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.lr_schedule import Constant, LRSchedule
 from lightning_fed.threads import check_threads
@@ -182,6 +183,12 @@ class TrainerConfig:
             ``>= 1`` or a fraction of the federation in ``(0, 1]`` of the reachable centers, drawn
             each round from ``(seed, round)``; the others neither train, send nor receive that round.
             None (default): every reachable center every round.
+        dp: Differential privacy of training (:class:`~lightning_fed.dp.DPConfig`; docs/privacy.md):
+            ``level: sample`` is DP-SGD at every center (per-row clipping and noise in both
+            engines), ``level: client`` DP-FedAvg (update clipping at the centers, noise at FedAvg's
+            server); ``noise_multiplier``, ``max_grad_norm``, ``delta``. The privacy spent,
+            ``privacy/epsilon`` at ``delta``, goes to ``rounds.parquet`` and ``summary.json``; it
+            needs the ``privacy`` extra (dp-accounting). None (default): no DP.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -200,6 +207,7 @@ class TrainerConfig:
         robust_min_per_class: int = 2,
         threads: int | Literal["auto"] = "auto",
         centers_per_round: int | float | None = None,
+        dp: DPConfig | None = None,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -232,6 +240,12 @@ class TrainerConfig:
         self.robust_min_per_class = robust_min_per_class
         self.threads = check_threads(threads)
         self.centers_per_round = check_centers_per_round(centers_per_round)
+        if dp is not None and not isinstance(dp, DPConfig):
+            raise ValueError(
+                "trainer.dp must be a group {level, noise_multiplier, max_grad_norm, delta} or null, "
+                f"got {type(dp).__name__}"
+            )
+        self.dp = dp
         if engine is None:
             from lightning_fed.engine.packed import PackedEngine
 

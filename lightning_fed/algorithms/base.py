@@ -15,6 +15,7 @@ from torch import Tensor
 
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.dp.config import DPConfig
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.objective import LocalTerm
 from lightning_fed.models.base import CenterModule
@@ -131,6 +132,23 @@ class Algorithm(ABC):
         from lightning_fed.aggregation.newcomer import size_weights
 
         return size_weights(data.n_train, metadata.shape[0])
+
+    def use_client_dp(self, dp: DPConfig) -> None:
+        """Train with client-level DP-FedAvg (``trainer.dp.level: client``, :mod:`lightning_fed.dp.client`).
+
+        Only FedAvg's star covers it (:meth:`FedAvg.use_client_dp
+        <lightning_fed.algorithms.FedAvg.use_client_dp>`): the mechanism clips each center's update
+        against the one server model it trained from and noises their sum once at the server;
+        a peer method has no server and no common model to clip against.
+
+        Raises:
+            ValueError: One line naming ``trainer.dp.level`` (this default).
+        """
+        raise ValueError(
+            f"trainer.dp.level=client: {type(self).__name__} has no server whose average DP-FedAvg's "
+            "clipping and noise cover; use lightning_fed.algorithms.FedAvg (or FedProx, FedRep, FedBN, "
+            "Ditto), or trainer.dp.level=sample"
+        )
 
     def round_stats(self) -> dict[str, float]:
         """Scalars about the last round's decisions (e.g. isolation rate); logged per round."""

@@ -48,6 +48,16 @@ bit; :class:`~lightning_fed.aggregation.CoordinateMedian`, :class:`~lightning_fe
 then steps from their result. Subclasses that override :meth:`FedAvg.server_model` (FedDyn,
 BNNFedAvg) take no aggregator.
 
+Client-level differential privacy (``trainer.dp.level: client``, :meth:`FedAvg.use_client_dp`):
+DP-FedAvg (McMahan et al. 2018) replaces the aggregate by :func:`~lightning_fed.dp.clipped_noisy_mean`:
+each accepted upload's update from the model the server sent last round is clipped to
+``max_grad_norm``, the clipped updates are summed **unweighted** (the paper's ``w_j = 1``: the
+``n_j`` weights above would let a large center's update exceed the clip), Gaussian noise is added
+and the sum divided by the round's participant count (the sampled, or reachable, centers). The
+server optimizer then steps from that model (post-processing). With client sampling a sampled center
+first receives the server's current model (:meth:`FedAvg.start_round`), so every upload's update is
+against the model it trained from; without sampling every center holds it already.
+
 Exclusive with any server optimizer but the average: ``momentum`` beta > 0
 (:class:`~lightning_fed.aggregation.momentum.UpdateMomentum`, the per-center EMA ABPS-X uses on its
 mesh): a center that takes the download moves by ``u_i <- beta u_i + (1 - beta) (theta_bar_t -
@@ -62,13 +72,15 @@ import torch
 from torch import Tensor
 
 from lightning_fed.aggregation.momentum import UpdateMomentum
-from lightning_fed.aggregation.robust import Aggregator, aggregator_from
+from lightning_fed.aggregation.robust import Aggregator, WeightedMean, aggregator_from
 from lightning_fed.aggregation.server_optimizer import ServerOptimizer, server_optimizer_from
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.comm.exchange import exchange, rows
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
+from lightning_fed.dp.client import clipped_noisy_mean
+from lightning_fed.dp.config import DPConfig
 from lightning_fed.engine.base import Engine
 from lightning_fed.models.base import CenterModule
 from lightning_fed.types import RoundContext
@@ -129,6 +141,37 @@ class FedAvg(Algorithm):
         self.last_sent = {n: params[n].detach().clone().unsqueeze(0) for n in self.shared_names}
         self.holds = torch.ones(self.num_centers, dtype=torch.bool)
 
+    def use_client_dp(self, dp: DPConfig) -> None:
+        """DP-FedAvg (module docstring): :meth:`server_model` becomes the clipped, noised, unweighted
+        mean of the updates.
+
+        Raises:
+            ValueError: One line naming ``trainer.dp.level``, for a subclass that exchanges or
+                aggregates more than FedAvg's models (SCAFFOLD's controls, FedDyn's state, APFL,
+                MOON, BNN+FL, FedDRM's final stage) or a robust aggregator (their own rule would be
+                replaced).
+        """
+        own = [
+            name
+            for name in ("aggregate", "server_model", "receive", "finish")
+            if getattr(type(self), name) is not getattr(FedAvg, name)
+        ]
+        if own:
+            raise ValueError(
+                f"trainer.dp.level=client: {type(self).__name__} overrides FedAvg's {own[0]}, which "
+                "DP-FedAvg's clipping and noise do not cover; use FedAvg (or FedProx, FedRep, FedBN, "
+                "Ditto), or trainer.dp.level=sample"
+            )
+        if not isinstance(self.aggregator, WeightedMean):
+            raise ValueError(
+                f"trainer.dp.level=client replaces the server's average, and algorithm.init_args.aggregator="
+                f"{type(self.aggregator).__name__} is another rule: remove the aggregator"
+            )
+        self.client_dp = dp
+
+    #: DP-FedAvg's settings (:meth:`use_client_dp`); None: plain FedAvg.
+    client_dp: DPConfig | None = None
+
     def start_round(self, ctx: RoundContext, engine: Engine, wire: Wire) -> None:
         """With client sampling: send :attr:`last_sent` to the sampled centers that do not hold it."""
         if wire.sampler is None:
@@ -179,6 +222,8 @@ class FedAvg(Algorithm):
         out = dict(params)
         available = wire.available(ctx.round, self.num_centers)
         centers = torch.arange(self.num_centers)[available]
+        #: The round's participants: DP-FedAvg's fixed denominator (:mod:`lightning_fed.dp.client`).
+        self.participants = len(centers)
         if not len(centers):
             return out
         shared = self.shared(params)
@@ -217,4 +262,15 @@ class FedAvg(Algorithm):
             senders: Center ids ``[m]`` of those uploads.
             ctx: The round.
         """
+        dp = self.client_dp
+        if dp is not None:
+            return clipped_noisy_mean(
+                uploaded,
+                self.last_sent,
+                dp.max_grad_norm,
+                dp.noise_multiplier,
+                self.participants,
+                ctx.seed,
+                ctx.round,
+            )
         return self.aggregator(uploaded, self.n_train[senders], self.last_sent)

@@ -88,6 +88,10 @@ def build_federation(init: Any, fabric: Any) -> Any:
     from lightning_fed.metrics.torchmetrics_per_center import resolve_metrics
 
     try:
+        if getattr(init.trainer, "dp", None) is not None:  # the accountant is there, before the data
+            from lightning_fed.dp.accountant import require_dp_accounting
+
+            require_dp_accounting()
         metrics = resolve_metrics(getattr(init, "metrics", None))  # a bad entry fails before the data
         wire = wire_from(init)
         if wire.faults is not None:  # a plan that never acts fails before the data (also in Federation)
@@ -111,7 +115,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
         federation.held_out = held_out
         mark("federation")
         return federation
-    except (ValueError, TypeError, FileNotFoundError) as err:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         fail(str(err))
 
 

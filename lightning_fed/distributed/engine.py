@@ -79,6 +79,7 @@ class ShardedEngine(Engine):
             lr_schedule=self.lr_schedule,
             reset_optimizer_each_round=self.reset_optimizer_each_round,
             augment=self.augment,
+            dp=self.dp,
         )
         self.training_path = (
             f"{self.inner.training_path} (a shard per process, {self.fabric.world_size} processes)"

@@ -34,11 +34,54 @@ from lightning_fed.models.base import CenterModule, RowStreams
 
 if TYPE_CHECKING:
     from lightning_fed.data.augment import Augment
+    from lightning_fed.dp.config import DPConfig
 
-__all__ = ["Engine", "ForwardFeatures", "TrainSet", "check_mask", "packed_features", "packed_logits"]
+__all__ = [
+    "Engine",
+    "ForwardFeatures",
+    "TrainSet",
+    "check_dp_sgd",
+    "check_mask",
+    "packed_features",
+    "packed_logits",
+    "row_loss",
+]
 
 #: One center's (or training group's) training rows: features ``[n, F]`` and labels ``[n]``.
 TrainSet = tuple[Tensor, Tensor]
+
+
+def check_dp_sgd(module: CenterModule, local_term: LocalTerm | None) -> None:
+    """Refuse, in one line, DP-SGD (``trainer.dp.level: sample``) with a loss that is not a mean of
+    per-row losses: DP-SGD's clipping bounds one row's share of the gradient, and a local term
+    (FedProx, FedDyn, MOON), a model penalty or a module's own ``training_step`` adds a gradient it
+    does not clip."""
+    what = (
+        f"the algorithm's local term {type(local_term).__name__}"
+        if local_term is not None
+        else f"the model penalty of {type(module).__name__}"
+        if module.has_penalty
+        else f"{type(module).__name__}'s own training_step"
+        if overrides_training_step(module)
+        else None
+    )
+    if what is not None:
+        raise ValueError(
+            f"trainer.dp.level=sample: DP-SGD clips per-row gradients of the model's loss_rows, and "
+            f"{what} adds a gradient it does not clip; use trainer.dp.level=client or FedAvg with the "
+            "built-in loss"
+        )
+
+
+def row_loss(module: CenterModule) -> Callable[[dict[str, Tensor], Tensor, Tensor], Tensor]:
+    """``loss(params, x [n, ...], y [n])``: the mean of ``module.loss_rows`` under ``params``
+    (``functional_call``; what DP-SGD differentiates row by row, :mod:`lightning_fed.dp.per_sample`)."""
+
+    def loss(params: dict[str, Tensor], x: Tensor, y: Tensor) -> Tensor:
+        logits = torch.func.functional_call(module, params, (x,))
+        return module.loss_rows(logits.to(y.dtype), y).mean()
+
+    return loss
 
 
 class Engine(ABC):
@@ -54,6 +97,8 @@ class Engine(ABC):
     mask: dict[str, Tensor] | None = None
     #: Train-time batch augmentation (:mod:`lightning_fed.data.augment`); None: batches as stored.
     augment: Augment | None = None
+    #: DP-SGD's settings (``trainer.dp`` at ``level: sample``); None: plain gradients.
+    dp: DPConfig | None = None
     #: How local training computes the loss and its gradient, in words (``fit`` prints it).
     training_path: str = ""
     #: ``{name: [C]}``: each model's round mean of what its ``training_step`` logged in the last
@@ -77,6 +122,7 @@ class Engine(ABC):
         lr_schedule: LRSchedule | None = None,
         reset_optimizer_each_round: bool = False,
         augment: Augment | None = None,
+        dp: DPConfig | None = None,
     ) -> None:
         """Copy ``module``'s (already initialized) parameters to every model and index the data.
 
@@ -102,6 +148,13 @@ class Engine(ABC):
                 model ``c``'s draws of round ``r`` from ``(seed, "augment", r, c)``
                 (:meth:`Augment.round_draws <lightning_fed.data.augment.Augment.round_draws>`; the
                 federation passes ``data.train_augment``); None: batches as stored.
+            dp: DP-SGD at every model (``trainer.dp`` with ``level: sample``,
+                :mod:`lightning_fed.dp.per_sample`): every step's gradient is the clipped per-row
+                gradients' sum plus Gaussian noise over the real rows; None: plain gradients.
+
+        Raises:
+            ValueError: One line, for DP-SGD with a loss it cannot clip per row (a local term, a
+                model penalty, a module's own ``training_step``).
         """
         ids = list(range(len(train))) if center_ids is None else [int(c) for c in center_ids]
         if len(ids) != len(train):
@@ -125,6 +178,9 @@ class Engine(ABC):
                 "adds a term on the representation of the same forward pass, which a training_step does "
                 "not expose; use the built-in loss (remove training_step) or another algorithm"
             )
+        if dp is not None:
+            check_dp_sgd(module, local_term)
+        self.dp = dp
         check_schedule([len(y) for _, y in train], batch_size, epochs, None if steps is None else int(steps))
         self.module, self.batch_size, self.epochs, self.seed = module, batch_size, epochs, seed
         self.local_steps = None if steps is None else int(steps)

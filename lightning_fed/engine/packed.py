@@ -61,7 +61,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.engine.base import Engine, TrainSet, check_mask, packed_features, packed_logits
+from lightning_fed.dp.per_sample import dp_flat_mean, per_sample_grads, step_noise
+from lightning_fed.engine.base import (
+    Engine,
+    TrainSet,
+    check_mask,
+    packed_features,
+    packed_logits,
+    row_loss,
+)
 from lightning_fed.engine.lr_schedule import Constant
 from lightning_fed.engine.objective import TermBatch
 from lightning_fed.engine.optim import (
@@ -300,7 +308,8 @@ class PackedEngine(Engine):
             self._probe_training_step(train)
         # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
         self.fast_path = (
-            self.module.has_packed_loss_grad
+            self.dp is None
+            and self.module.has_packed_loss_grad
             and self._step_module is None
             and not self.autocast_enabled
             and self.local_term is None
@@ -348,6 +357,11 @@ class PackedEngine(Engine):
     def _describe_path(self) -> str:
         """The training path in words: fast hand gradients, vmap, or a per-center loop (and why)."""
         name = model_name(self.module)
+        if self.dp is not None:
+            return (
+                f"packed DP-SGD: per-row gradients of {name}.loss_rows under torch.vmap over centers "
+                "and rows, clipped and noised (trainer.dp)"
+            )
         if self._step_module is not None:
             if self._unvmappable is None:
                 return f"packed vmap: {name}.training_step under torch.vmap(functional_call)"
@@ -472,7 +486,9 @@ class PackedEngine(Engine):
                 if draws is not None:
                     xb = self.augment(xb, draws[lo : lo + k])
                 mask = masks[lo : lo + k]
-                if self.fast_path:
+                if self.dp is not None:
+                    per_center, grad = self._dp_step(k, xb, yb, mask, round_idx, s)
+                elif self.fast_path:
                     grad = self.grad[:k]
                     per_center = self.module.packed_loss_grad(
                         {n: v[:k] for n, v in self._flat_views.items()},
@@ -511,6 +527,33 @@ class PackedEngine(Engine):
             self.last_logged = None
         self._contain(loss, *before)
         return loss.index_select(0, self.inverse.to(self.device))
+
+    def dp_rows(self, k: int, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-row gradients ``[k, B, D]`` (the flat layout) and losses ``[k, B]`` of the first ``k``
+        centers (sorted order) on their batches ``[k, B, ...]``: ``per_sample_grads`` vmapped once
+        more over the centers (dropout: a mask per center and row from the round's global stream)."""
+        params = self._views(self.flat[:k].detach())
+        loss = row_loss(self.module)
+
+        def center(p: dict[str, Tensor], x: Tensor, y: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+            return per_sample_grads(loss, p, x, y, randomness="different", with_loss=True)
+
+        with self.autocast():
+            grads, losses = torch.vmap(center, randomness="different")(params, xb, yb)
+        flat = torch.cat([grads[n].reshape(k, xb.shape[1], -1) for n in self.spans], dim=2)
+        return flat.to(self.flat.dtype), losses.detach()
+
+    def _dp_step(
+        self, k: int, xb: Tensor, yb: Tensor, mask: Tensor, round_idx: int, s: int
+    ) -> tuple[Tensor, Tensor]:
+        """DP-SGD's per-center loss ``[k]`` and noisy clipped gradient ``[k, D]`` of step ``s``
+        (:func:`~lightning_fed.dp.per_sample.dp_flat_mean`; noise keyed by the centers' global ids)."""
+        rows, losses = self.dp_rows(k, xb, yb)
+        centers = self.center_ids[self.order[:k]].tolist()
+        noise = step_noise(self.seed, round_idx, centers, s, rows.shape[2], rows.dtype)
+        grad = dp_flat_mean(rows, mask, self.dp.max_grad_norm, self.dp.noise_multiplier, noise)
+        per_center = (losses.to(mask.dtype) * mask).sum(1) / mask.sum(1)
+        return per_center, grad
 
     def _scheduled_rate(self, k: int) -> None:
         """Each of the first ``k`` centers' rate from its own scheduler count (``ScheduleReplay``)."""

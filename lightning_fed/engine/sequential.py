@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.dp.per_sample import dp_flat_mean, step_noise
 from lightning_fed.engine.base import Engine, ForwardFeatures, TrainSet, check_mask
 from lightning_fed.engine.lr_schedule import Constant
 from lightning_fed.engine.objective import TermBatch
@@ -70,6 +71,8 @@ class SequentialEngine(Engine):
             if self._steps is not None
             else "sequential: the model's loss_rows per center"
         )
+        if self.dp is not None:
+            self.training_path = "sequential DP-SGD: one backward per row, clipped and noised (trainer.dp)"
 
     #: Bool ``[C]``: centers whose last round diverged and was rolled back.
     last_diverged: Tensor | None = None
@@ -116,7 +119,10 @@ class SequentialEngine(Engine):
                     if draws is not None:  # slot j of batch t uses draws[t, j], as in the packed engine
                         xb = self.augment(xb, draws[t][b >= 0])
                     opt.zero_grad(set_to_none=True)
-                    loss = self._loss(model, c, xb, y[rows], start, t % per_epoch, logs)
+                    if self.dp is not None:
+                        loss = self._dp_backward(model, xb, y[rows], round_idx, center, t)
+                    else:
+                        loss = self._loss(model, c, xb, y[rows], start, t % per_epoch, logs)
                     if not bool(torch.isfinite(loss)):
                         model.load_state_dict(before[0])
                         opt.load_state_dict(before[1])
@@ -125,7 +131,8 @@ class SequentialEngine(Engine):
                             self.sched_counts[c] = before[2][1]
                         self.last_diverged[c] = True
                         break
-                    loss.backward()
+                    if self.dp is None:
+                        loss.backward()
                     if frozen is not None:
                         for p, _, _ in frozen:  # stepped with a zero gradient (the step count advances)
                             p.grad = torch.zeros_like(p)
@@ -141,6 +148,37 @@ class SequentialEngine(Engine):
             losses[c] = float("nan") if self.last_diverged[c] else losses[c] / len(batches)
         self.last_logged = logs.means() if self._steps is not None else None
         return losses
+
+    def dp_rows(self, model: torch.nn.Module, xb: Tensor, yb: Tensor) -> tuple[Tensor, Tensor]:
+        """The per-sample reference: one backward per row. Flat gradients ``[B, D]`` (parameters in
+        ``named_parameters`` order, the packed engine's flat layout) and losses ``[B]``."""
+        grads, losses = [], []
+        params = [p for _, p in model.named_parameters()]
+        for b in range(len(yb)):
+            with self.autocast():
+                logits = model(xb[b : b + 1])
+            loss = model.loss_rows(logits.to(yb.dtype), yb[b : b + 1]).mean()
+            row = torch.autograd.grad(loss, params)
+            grads.append(torch.cat([g.reshape(-1) for g in row]))
+            losses.append(loss.detach())
+        return torch.stack(grads), torch.stack(losses)
+
+    def _dp_backward(
+        self, model: torch.nn.Module, xb: Tensor, yb: Tensor, round_idx: int, center: int, t: int
+    ) -> Tensor:
+        """DP-SGD's step ``t`` of ``center``: ``p.grad`` is the noisy clipped mean of the per-row
+        gradients (:func:`~lightning_fed.dp.per_sample.dp_flat_mean`, the same noise as the packed
+        engine's); returns the batch's mean loss (detached)."""
+        rows, losses = self.dp_rows(model, xb, yb)
+        noise = step_noise(self.seed, round_idx, [center], t, rows.shape[1], rows.dtype)
+        mask = torch.ones(1, len(yb), dtype=rows.dtype, device=rows.device)
+        dp = self.dp
+        grad = dp_flat_mean(rows.unsqueeze(0), mask, dp.max_grad_norm, dp.noise_multiplier, noise)[0]
+        lo = 0
+        for p in model.parameters():
+            p.grad = grad[lo : lo + p.numel()].view_as(p).clone()
+            lo += p.numel()
+        return losses.mean()
 
     def set_phase(self, epochs: int | None = None, frozen: tuple[str, ...] = ()) -> None:
         """See :meth:`Engine.set_phase <lightning_fed.engine.base.Engine.set_phase>`."""

@@ -90,6 +90,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.init": "perturb",  # FedSPD: first assignment by loss (issue 31)
     "algorithm.init_args.selector.init_args.policy.init_args.peer_effect": False,  # (issue 30)
     "algorithm.init_args.aggregator": None,  # None: the weighted mean (FedAvg, ABPS, DeceFL; issue 32)
+    "trainer.dp": None,  # None: no differential privacy of training (issue 34)
 }
 
 
