@@ -75,5 +75,5 @@ def test_refer_with_two_baselines_names_the_missing_one(
     (good / "config.yaml").write_text("seed: 0\n")
     (good / "checkpoint.pt").write_bytes(b"")
     with pytest.raises(SystemExit):
-        main(["refer", "--run-dir", str(tmp_path), "--baselines", str(good), str(tmp_path / "missing")])
+        main(["refer", "--run-dir", str(good), "--baselines", str(good), str(tmp_path / "missing")])
     assert f"--baselines {tmp_path / 'missing'}: no config.yaml" in capsys.readouterr().err
