@@ -129,8 +129,8 @@ class RdpLedger:
 
     def epsilons(self) -> list[float]:
         """``epsilon`` at :attr:`delta` of every model so far (0 for a model that never trained)."""
-        from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
-
+        # The module require_dp_accounting returned (its rdp package imports this submodule).
+        compute_epsilon = self.lib.rdp.rdp_privacy_accountant.compute_epsilon
         out = []
         for spent in self.steps:
             if not spent:
