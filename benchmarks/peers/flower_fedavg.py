@@ -132,6 +132,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+if __package__ in (None, ""):  # run as a script: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks.peers.side_by_side import print_side_by_side
+
 if TYPE_CHECKING:
     import torch
     from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
@@ -816,38 +821,7 @@ def _report(args: argparse.Namespace, results: dict[str, dict[str, Any]], check:
         f"MortalityMLP {widths} (dropout {model.dropout}), Adam lr {model.lr:g} weight decay "
         f"{model.weight_decay:g}, batch {BATCH_SIZE}, {LOCAL_EPOCHS} local epochs"
     )
-    print(
-        f"versions: {', '.join(f'{k} {v}' for k, v in {**lf['versions'], **fl['versions']}.items())}, "
-        f"python {platform.python_version()}; {os.cpu_count()} CPUs"
-    )
-    load = results["load"]
-    print(
-        "load average (1/5/15 min): start "
-        + " ".join(f"{x:.2f}" for x in load["start"])
-        + ", end "
-        + " ".join(f"{x:.2f}" for x in load["end"])
-    )
-    print(
-        f"round 1: initial models {'bit-identical' if check['init_identical'] else 'DIFFERENT'}; "
-        f"local models max |diff| {check['local_max_abs_diff']:.2e} (bound {check['local_bound']:.0e}); "
-        f"server models max |diff| {check['server_max_abs_diff']:.2e} (elementwise bound, largest "
-        f"{check['server_bound_max']:.2e}; worst diff/bound {check['server_worst_diff_over_bound']:.3f}) "
-        f"-> {'PASS' if check['passed'] else 'FAIL'}"
-    )
-    print(f"after round {args.rounds}: server models max |diff| {check['last_round_max_abs_diff']:.2e}")
-    rows = [
-        ("seconds per round", "seconds_per_round", "{:.3f}"),
-        ("start-up seconds", "startup_seconds", "{:.2f}"),
-        ("total seconds", "total_seconds", "{:.2f}"),
-        ("peak memory (MiB RSS)", "peak_rss_mib", "{:.0f}"),
-        ("CPU seconds per round", "cpu_seconds_per_round", "{:.3f}"),
-        ("CPU seconds, whole run", "total_cpu_seconds", "{:.2f}"),
-    ]
-    print(f"{'':24s} {'lightning-fed':>14s} {'Flower':>14s} {'Flower / lf':>12s}")
-    for label, key, fmt in rows:
-        a, b = lf[key], fl[key]
-        ratio = f"{b / a:.1f}x" if a > 0 else "n/a"
-        print(f"{label:24s} {fmt.format(a):>14s} {fmt.format(b):>14s} {ratio:>12s}")
+    print_side_by_side(lf, fl, "Flower", check, results["load"], args.rounds)
     print(f"{'processes at peak':24s} {lf['peak_processes']:>14d} {fl['peak_processes']:>14d}")
     print(f"{'test AUROC, last round':24s} {lf['test_auroc'][-1]:>14.4f} {fl['test_auroc'][-1]:>14.4f}")
     print(f"compute: lightning-fed {lf['threads']}; Flower {fl['threads']}")

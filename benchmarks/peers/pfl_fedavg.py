@@ -90,7 +90,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -113,6 +112,7 @@ from benchmarks.peers.flower_fedavg import (
     _lightning_worker,
     _params,
 )
+from benchmarks.peers.side_by_side import print_side_by_side
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -400,36 +400,7 @@ def _report(args: argparse.Namespace, results: dict[str, Any], check: dict[str, 
         f"MortalityMLP {lf['num_features']}-128-64-1 (dropout {args.dropout}), Adam lr 1e-3 weight decay "
         f"1e-5, batch {BATCH_SIZE}, {LOCAL_EPOCHS} local epochs"
     )
-    versions = {**lf["versions"], **peer["versions"]}
-    print(
-        f"versions: {', '.join(f'{k} {v}' for k, v in versions.items())}, python {platform.python_version()}"
-    )
-    load = results["load"]
-    print(
-        f"load average (1/5/15 min): start {' '.join(f'{x:.2f}' for x in load['start'])}, "
-        f"end {' '.join(f'{x:.2f}' for x in load['end'])}; {os.cpu_count()} CPUs"
-    )
-    print(
-        f"round 1: initial models {'bit-identical' if check['init_identical'] else 'DIFFERENT'}; "
-        f"local models max |diff| {check['local_max_abs_diff']:.2e} (bound {check['local_bound']:.0e}); "
-        f"server models max |diff| {check['server_max_abs_diff']:.2e} (elementwise bound, largest "
-        f"{check['server_bound_max']:.2e}; worst diff/bound {check['server_worst_diff_over_bound']:.3f}) "
-        f"-> {'PASS' if check['passed'] else 'FAIL'}"
-    )
-    print(f"after round {args.rounds}: server models max |diff| {check['last_round_max_abs_diff']:.2e}")
-    rows = [
-        ("seconds per round", "seconds_per_round", "{:.3f}"),
-        ("start-up seconds", "startup_seconds", "{:.2f}"),
-        ("total seconds", "total_seconds", "{:.2f}"),
-        ("peak memory (MiB RSS)", "peak_rss_mib", "{:.0f}"),
-        ("CPU seconds per round", "cpu_seconds_per_round", "{:.3f}"),
-        ("CPU seconds, whole run", "total_cpu_seconds", "{:.2f}"),
-    ]
-    print(f"{'':24s} {'lightning-fed':>14s} {'pfl':>14s} {'pfl / lf':>10s}")
-    for label, key, fmt in rows:
-        a, b = lf[key], peer[key]
-        ratio = f"{b / a:.1f}x" if a > 0 else "n/a"
-        print(f"{label:24s} {fmt.format(a):>14s} {fmt.format(b):>14s} {ratio:>10s}")
+    print_side_by_side(lf, peer, "pfl", check, results["load"], args.rounds)
     print(f"{'test AUROC, last round':24s} {lf['test_auroc'][-1]:>14.4f} {peer['test_auroc'][-1]:>14.4f}")
     print(f"compute: lightning-fed {lf['threads']}; pfl {peer['threads']}")
     ratios = results["ratios"]
