@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from lightning_fed.types import ObserverNeeds, RoundResult
 
-__all__ = ["Callback"]
+__all__ = ["Callback", "FinalFileWriter"]
 
 
 class Callback:
@@ -54,3 +54,24 @@ class Callback:
 
     def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
         """With the final summary (write outputs, close bars)."""
+
+
+class FinalFileWriter(Callback):
+    """Write one file from the finished federation, on rank 0 only, when the fit ends.
+
+    Subclasses name what they write in :meth:`write` (``centers.parquet``, ``predictions.parquet``).
+
+    Args:
+        path: Target file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def write(self, path: Path, federation: Any) -> None:
+        """Write ``path`` from ``federation`` (atomically)."""
+        raise NotImplementedError
+
+    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
+        if federation.fabric.is_global_zero:
+            self.write(self.path, federation)

@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from lightning_fed.callbacks.base import Callback
+from lightning_fed.callbacks.base import FinalFileWriter
 from lightning_fed.io import atomic_path
 
 __all__ = ["CentersWriter", "write_centers"]
@@ -30,7 +30,7 @@ def write_centers(path: str | Path, federation: Any) -> Path:
     return path
 
 
-class CentersWriter(Callback):
+class CentersWriter(FinalFileWriter):
     """Write one row per center of the final evaluation when the fit ends (rank 0 only).
 
     Columns are :meth:`Federation.center_rows <lightning_fed.federation.Federation.center_rows>`'s:
@@ -43,10 +43,5 @@ class CentersWriter(Callback):
         path: Target parquet file.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
-        if not federation.fabric.is_global_zero:
-            return
-        write_centers(self.path, federation)
+    def write(self, path: Path, federation: Any) -> None:
+        write_centers(path, federation)

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from lightning_fed.callbacks.base import Callback
+from lightning_fed.callbacks.base import FinalFileWriter
 from lightning_fed.io import atomic_path
 
 __all__ = ["PREDICTION_SCHEMA", "PredictionsWriter", "prediction_frame", "write_predictions"]
@@ -94,7 +94,7 @@ def write_predictions(path: str | Path, federation: Any) -> Path:
     return path
 
 
-class PredictionsWriter(Callback):
+class PredictionsWriter(FinalFileWriter):
     """Write every evaluated row's label and probability when the fit ends (rank 0 only;
     :func:`prediction_frame`).
 
@@ -102,10 +102,5 @@ class PredictionsWriter(Callback):
         path: Target parquet file.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-
-    def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
-        if not federation.fabric.is_global_zero:
-            return
-        write_predictions(self.path, federation)
+    def write(self, path: Path, federation: Any) -> None:
+        write_predictions(path, federation)
