@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -160,8 +161,10 @@ class MortalityMLP(CenterModule):
         in_features: Input width; ``None`` takes it from the data when the federation starts.
         hidden: Hidden widths (paper: 128, 64).
         dropout: Dropout probability after each hidden ReLU (paper: 0.2).
-        lr: Adam learning rate (paper: 1e-3).
-        weight_decay: Adam L2 weight decay (paper: 1e-5).
+        lr: Learning rate (paper: 1e-3, with Adam).
+        weight_decay: L2 weight decay (paper: 1e-5).
+        optimizer: ``"adam"`` (the paper's) or ``"sgd"`` (plain SGD, no momentum: the local optimizer
+            that SCAFFOLD's control update assumes, Karimireddy et al. 2020, Sec. 3).
     """
 
     def __init__(
@@ -171,8 +174,11 @@ class MortalityMLP(CenterModule):
         dropout: float = 0.2,
         lr: float = 1e-3,
         weight_decay: float = 1e-5,
+        optimizer: Literal["adam", "sgd"] = "adam",
     ) -> None:
         super().__init__()
+        if optimizer not in ("adam", "sgd"):
+            raise ValueError(f"model.optimizer must be 'adam' or 'sgd', got {optimizer!r}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {dropout}")
         if lr <= 0:
@@ -185,6 +191,7 @@ class MortalityMLP(CenterModule):
         self.dropout = float(dropout)
         self.lr = float(lr)
         self.weight_decay = float(weight_decay)
+        self.optimizer_name = optimizer
         self.layers = nn.ModuleList()
         self.in_features: int | None = None
         if in_features is not None:
@@ -307,5 +314,7 @@ class MortalityMLP(CenterModule):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
-        """Adam with the paper's learning rate and weight decay."""
+        """Adam (the paper's) or plain SGD with the model's learning rate and L2 weight decay."""
+        if self.optimizer_name == "sgd":
+            return torch.optim.SGD(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         return torch.optim.Adam(self.parameters(), lr=self.lr, weight_decay=self.weight_decay)

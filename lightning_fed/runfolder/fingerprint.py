@@ -91,6 +91,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector.init_args.policy.init_args.peer_effect": False,  # (issue 30)
     "algorithm.init_args.aggregator": None,  # None: the weighted mean (FedAvg, ABPS, DeceFL; issue 32)
     "trainer.dp": None,  # None: no differential privacy of training (issue 34)
+    "model.init_args.optimizer": "adam",  # MortalityMLP's Adam (SGD for SCAFFOLD, issue 34)
 }
 
 

@@ -94,7 +94,8 @@ def test_scaffold_sends_twice_fedavgs_bytes_and_packed_equals_sequential() -> No
     data = make_federation([40, 7, 130, 3, 64, 200, 18, 9])
     runs = []
     for algo, engine in ((SCAFFOLD(), PackedEngine()), (SCAFFOLD(), SequentialEngine()), (FedAvg(), None)):
-        fed = _fed(data, MortalityMLP(hidden=(8,), dropout=0.0), algo, engine=engine, rounds=3, batch_size=32)
+        module = MortalityMLP(hidden=(8,), dropout=0.0, optimizer="sgd", lr=0.05)
+        fed = _fed(data, module, algo, engine=engine, rounds=3, batch_size=32)
         runs.append((fed.fit(), fed.engine.get_params()))
     (sa, pa), (sb, pb), (fedavg, pf) = runs
     for n in pa:
@@ -107,11 +108,29 @@ def test_scaffold_sends_twice_fedavgs_bytes_and_packed_equals_sequential() -> No
 
 def test_scaffold_with_client_sampling_updates_only_the_sampled_controls() -> None:
     data = make_federation([40, 7, 130, 3, 64, 200, 18, 9])
-    fed = _fed(
-        data, MortalityMLP(hidden=(8,), dropout=0.0), SCAFFOLD(), rounds=1, batch_size=32, centers_per_round=3
-    )
+    module = MortalityMLP(hidden=(8,), dropout=0.0, optimizer="sgd", lr=0.05)
+    fed = _fed(data, module, SCAFFOLD(), rounds=1, batch_size=32, centers_per_round=3)
     fed.fit()
     sampled = fed.participants(0)
     for t in fed.algorithm.c_local.values():
         flat = t.reshape(len(sampled), -1)
         assert (flat[~sampled] == 0).all() and (flat[sampled].abs().sum(1) > 0).all()
+
+
+def test_scaffold_refuses_adam_local_steps_in_one_line() -> None:
+    """Option II's ``(x - y_i) / (K_i eta_l)`` is a mean gradient only under SGD; with Adam the controls
+    were 100-800x the gradients and TeacherICU fell below chance (module docstring), so Adam is refused."""
+    data = make_federation([40, 7, 130])
+    with pytest.raises(ValueError, match=r"algorithm SCAFFOLD: .*returns Adam.*optimizer=sgd") as err:
+        _fed(data, MortalityMLP(hidden=(8,), dropout=0.0), SCAFFOLD(), rounds=1, batch_size=32)
+    assert "\n" not in str(err.value)
+
+
+def test_mortality_mlp_sgd_option_is_torch_sgd_and_refuses_other_names() -> None:
+    opt = MortalityMLP(in_features=3, optimizer="sgd", lr=0.1, weight_decay=0.01).configure_optimizers()
+    assert type(opt) is torch.optim.SGD
+    assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["weight_decay"] == 0.01
+    assert opt.param_groups[0]["momentum"] == 0
+    assert type(MortalityMLP(in_features=3).configure_optimizers()) is torch.optim.Adam
+    with pytest.raises(ValueError, match="model.optimizer must be 'adam' or 'sgd'"):
+        MortalityMLP(optimizer="adamw")
