@@ -109,7 +109,8 @@ class SCAFFOLD(FedAvg):
                 f"algorithm SCAFFOLD: option II's control update (x - y_i) / (K_i eta_l) assumes SGD local "
                 f"steps, but model {type(module).__name__}'s configure_optimizers returns "
                 f"{type(optimizer).__name__} (its controls would be in units of the optimizer's normalized "
-                "steps, not gradients); use an SGD model, e.g. --model.init_args.optimizer=sgd for MortalityMLP"
+                "steps, not gradients); use an SGD model, e.g. --model.init_args.optimizer=sgd for "
+                "MortalityMLP"
             )
         self.base_lr = float(optimizer.param_groups[0]["lr"])
 

@@ -132,5 +132,5 @@ def test_mortality_mlp_sgd_option_is_torch_sgd_and_refuses_other_names() -> None
     assert opt.param_groups[0]["lr"] == 0.1 and opt.param_groups[0]["weight_decay"] == 0.01
     assert opt.param_groups[0]["momentum"] == 0
     assert type(MortalityMLP(in_features=3).configure_optimizers()) is torch.optim.Adam
-    with pytest.raises(ValueError, match="model.optimizer must be 'adam' or 'sgd'"):
+    with pytest.raises(ValueError, match=r"model\.optimizer must be 'adam' or 'sgd'"):
         MortalityMLP(optimizer="adamw")
