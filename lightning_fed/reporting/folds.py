@@ -109,8 +109,8 @@ def _test_rows(member: RunRecord) -> pl.DataFrame:
     if frame is None:
         raise ValueError(
             f"{member.path}: no predictions.parquet, needed to pool the {member.folds} folds of "
-            f"{member.label!r} seed {member.seed}: refit it with this version (fit writes it for binary "
-            "and multi-class labels)"
+            f"{member.label!r} seed {member.seed}: refit it with this version, or run `lightning-fed test "
+            f"--run-dir {member.path}`, which writes it from the checkpoint"
         )
     return frame.filter(pl.col("split") == "test").with_columns(pl.lit(member.fold).alias("fold"))
 
