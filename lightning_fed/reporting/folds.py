@@ -135,7 +135,8 @@ def _padded(test: pl.DataFrame) -> tuple[list[int], list[str], torch.Tensor, tor
     mask = torch.zeros(len(ids), n_max, dtype=torch.bool)
     for c, g in enumerate(groups):
         n = g.height
-        logits[c, :n] = torch.tensor(g[column].to_list(), dtype=torch.float64)
+        values = g[column] if classes is None else g[column].list.to_array(classes)
+        logits[c, :n] = torch.from_numpy(values.to_numpy().astype("float64"))
         y[c, :n] = torch.tensor(g["label"].to_list(), dtype=torch.float32)
         mask[c, :n] = True
     return ids, [n[0] for n in names["name"].to_list()], logits, y, mask
