@@ -71,8 +71,10 @@ class Evaluation:
         logged: What the model's own ``validation_step`` / ``test_step`` logged, ``{name: [C]}``
             (float64 epoch means per center, :mod:`lightning_fed.engine.eval_step`); empty when the
             model defines no such step.
-        logit: Binary models: each row's logit of class 1 ``[C, n]`` (float32, padded like the split;
-            ``predictions.parquet``, the probability being ``sigmoid(logit)``); None for multi-class.
+        logit: Each row's logits, padded like the split (float32; ``predictions.parquet``): binary
+            models the logit of class 1 ``[C, n]`` (the probability being ``sigmoid(logit)``),
+            multi-class models the class logits ``[C, n, K]`` (the probabilities ``softmax``); None
+            when not kept.
     """
 
     auroc: Tensor
@@ -102,12 +104,10 @@ def evaluate(
             logits.shape[2],
         )
         low = high = torch.full_like(auroc, float("nan"))
-        binary_logit = None
     else:
         auroc = batched_auroc(logits, split.y, split.mask)
         _, low, high = delong_interval(logits, split.y, split.mask)
         pooled, num_classes = pooled_auroc(logits[split.mask], split.y[split.mask]), 2
-        binary_logit = logits
     return Evaluation(
         auroc=auroc,
         pooled_auroc=pooled,
@@ -116,7 +116,7 @@ def evaluate(
         metrics=metrics.evaluate(logits, split.y, split.mask) if metrics else {},
         auroc_low=low,
         auroc_high=high,
-        logit=binary_logit,
+        logit=logits,
     )
 
 

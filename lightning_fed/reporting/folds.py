@@ -5,7 +5,12 @@ every center (:meth:`~lightning_fed.data.split.Split.fold_indices`), so a center
 partition its rows. :func:`pool_folds` replaces each complete set of ``k`` fold runs by one
 :class:`PooledFolds` record, whose per-center test numbers are computed from the runs' pooled
 out-of-fold test predictions (``predictions.parquet``): each center's rows over the ``k`` folds form
-one test set, scored by the model of the fold that held them out. A pooled record has no rounds,
+one test set, scored by the model of the fold that held them out. Multi-class folds (the image
+federations, ``predictions.parquet`` with ``K`` class ``logits`` per row) are scored as
+:func:`~lightning_fed.evaluation.evaluate` scores a multi-class split: the macro one-vs-rest AUROC
+over the classes with both labels present (:func:`~lightning_fed.metrics.batched_macro_auroc`),
+accuracy of the arg-max class, balanced accuracy over ``K`` classes, support over ``K`` classes,
+no DeLong interval and a NaN pooled AUROC. A pooled record has no rounds,
 checkpoint, referral or held-out table of its own (those stay in the fold folders). On it, per center: ``n``,
 positives, negatives, the AUROC with its DeLong (1988) 95 % interval, fragile / robust
 (:func:`~lightning_fed.evaluation.support_columns`, the columns of ``centers.parquet``); and the
@@ -34,6 +39,7 @@ from lightning_fed.metrics import (
     batched_accuracy,
     batched_auroc,
     batched_balanced_accuracy,
+    batched_macro_auroc,
     fragile_auroc,
     pooled_auroc,
     summarize,
@@ -103,14 +109,15 @@ def _test_rows(member: RunRecord) -> pl.DataFrame:
     if frame is None:
         raise ValueError(
             f"{member.path}: no predictions.parquet, needed to pool the {member.folds} folds of "
-            f"{member.label!r} seed {member.seed}: refit it with this version (fit writes it for binary "
-            "labels; multi-class folds cannot be pooled)"
+            f"{member.label!r} seed {member.seed}: refit it with this version, or run `lightning-fed test "
+            f"--run-dir {member.path}`, which writes it from the checkpoint"
         )
     return frame.filter(pl.col("split") == "test").with_columns(pl.lit(member.fold).alias("fold"))
 
 
 def _padded(test: pl.DataFrame) -> tuple[list[int], list[str], torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Center ids and names, and the pooled test rows padded per center: logits, labels, mask."""
+    """Center ids and names, and the pooled test rows padded per center: logits (``[C, n]`` from a
+    binary ``logit`` column, ``[C, n, K]`` from a multi-class ``logits`` list column), labels, mask."""
     test = test.sort("center", "fold", "row")
     names = test.group_by("center", maintain_order=True).agg(pl.col("name").unique())
     clash = names.filter(pl.col("name").list.len() > 1)
@@ -122,15 +129,41 @@ def _padded(test: pl.DataFrame) -> tuple[list[int], list[str], torch.Tensor, tor
     ids = names["center"].to_list()
     groups = [test.filter(pl.col("center") == c) for c in ids]
     n_max = max(1, max(g.height for g in groups))
-    logits = torch.zeros(len(ids), n_max, dtype=torch.float64)
+    column, classes = ("logits", _num_classes(test)) if "logits" in test.columns else ("logit", None)
+    logits = torch.zeros(len(ids), n_max, *([classes] if classes else []), dtype=torch.float64)
     y = torch.zeros(len(ids), n_max)
     mask = torch.zeros(len(ids), n_max, dtype=torch.bool)
     for c, g in enumerate(groups):
         n = g.height
-        logits[c, :n] = torch.tensor(g["logit"].to_list(), dtype=torch.float64)
+        values = g[column] if classes is None else g[column].list.to_array(classes)
+        logits[c, :n] = torch.from_numpy(values.to_numpy().astype("float64"))
         y[c, :n] = torch.tensor(g["label"].to_list(), dtype=torch.float32)
         mask[c, :n] = True
     return ids, [n[0] for n in names["name"].to_list()], logits, y, mask
+
+
+def _num_classes(test: pl.DataFrame) -> int:
+    """``K`` of multi-class predictions: every row's ``logits`` list has the same length, refused in
+    one line otherwise."""
+    widths = test["logits"].list.len().unique().sort().to_list()
+    if len(widths) != 1 or widths[0] < 2:
+        raise ValueError(
+            f"the folds' predictions.parquet hold class logits of lengths {widths}: their runs do not "
+            "share one model head (same number of classes); report them apart"
+        )
+    return int(widths[0])
+
+
+def _layouts(frames: Sequence[pl.DataFrame], members: Sequence[RunRecord]) -> None:
+    """Refuse, in one line, folds of which some wrote binary and some multi-class predictions."""
+    multi = ["logits" in f.columns for f in frames]
+    if any(multi) and not all(multi):
+        binary = [str(m.path) for m, is_multi in zip(members, multi, strict=True) if not is_multi]
+        raise ValueError(
+            f"fold runs {', '.join(binary)} of {members[0].label!r} seed {members[0].seed} wrote binary "
+            "predictions and the others multi-class ones: their runs do not share one model; report "
+            "them apart"
+        )
 
 
 def oof_centers(members: Sequence[RunRecord], robust_min_per_class: int = 2) -> tuple[pl.DataFrame, dict]:
@@ -146,19 +179,13 @@ def oof_centers(members: Sequence[RunRecord], robust_min_per_class: int = 2) -> 
         pooled out-of-fold rows) and :func:`oof_summary`'s keys.
 
     Raises:
-        ValueError: A fold run without ``predictions.parquet``, or folds naming a center differently.
+        ValueError: A fold run without ``predictions.parquet``, folds naming a center differently,
+            or folds mixing binary and multi-class predictions (or different numbers of classes).
     """
-    test = pl.concat([_test_rows(m) for m in members], how="vertical_relaxed")
-    ids, names, logits, y, mask = _padded(test)
-    low_high = delong_interval(logits, y, mask)
-    evaluation = Evaluation(
-        auroc=batched_auroc(logits, y, mask),
-        pooled_auroc=pooled_auroc(logits[mask], y[mask]),
-        accuracy=batched_accuracy(logits, y, mask),
-        balanced_accuracy=batched_balanced_accuracy(logits, y, mask, 2),
-        auroc_low=low_high[1],
-        auroc_high=low_high[2],
-    )
+    frames = [_test_rows(m) for m in members]
+    _layouts(frames, members)
+    ids, names, logits, y, mask = _padded(pl.concat(frames, how="vertical_relaxed"))
+    evaluation, num_classes = _oof_evaluation(logits, y, mask)
     padded = EvalSet(torch.zeros(len(ids), y.shape[1], 0), y, mask)
     n_train = _mean_train_rows(members, ids)
     frame = pl.DataFrame(
@@ -166,10 +193,41 @@ def oof_centers(members: Sequence[RunRecord], robust_min_per_class: int = 2) -> 
             "center": ids,
             "name": names,
             "n_train": n_train,
-            **support_columns("test", evaluation, padded, 2, robust_min_per_class),
+            **support_columns("test", evaluation, padded, num_classes, robust_min_per_class),
         }
     )
-    return frame, oof_summary(evaluation, padded, robust_min_per_class)
+    return frame, oof_summary(evaluation, padded, robust_min_per_class, num_classes)
+
+
+def _oof_evaluation(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> tuple[Evaluation, int]:
+    """The pooled rows scored as :func:`~lightning_fed.evaluation.evaluate` scores a split, and ``K``.
+
+    Binary (``logits [C, n]``): the exact AUROC per center with its DeLong (1988) interval, the
+    pooled AUROC over every center's rows, accuracy of ``logit > 0`` and balanced accuracy over 2
+    classes. Multi-class (``[C, n, K]``): per center the macro one-vs-rest AUROC
+
+        A_c = (1 / |K_c|) sum_{k in K_c} AUROC(log softmax(z)_k, 1[y = k]),
+
+    ``K_c`` the classes with both labels among the center's pooled rows (sklearn's
+    ``roc_auc_score(multi_class="ovr", average="macro")`` where every class occurs), accuracy of the
+    arg-max class and balanced accuracy over ``K`` classes; no interval and a NaN pooled AUROC, as in
+    :class:`~lightning_fed.evaluation.Evaluation`.
+    """
+    if logits.dim() == 3:
+        auroc, pooled, k = batched_macro_auroc(logits, y, mask), float("nan"), logits.shape[2]
+        low = high = torch.full_like(auroc, float("nan"))
+    else:
+        _, low, high = delong_interval(logits, y, mask)
+        auroc, pooled, k = batched_auroc(logits, y, mask), pooled_auroc(logits[mask], y[mask]), 2
+    evaluation = Evaluation(
+        auroc=auroc,
+        pooled_auroc=pooled,
+        accuracy=batched_accuracy(logits, y, mask),
+        balanced_accuracy=batched_balanced_accuracy(logits, y, mask, k),
+        auroc_low=low,
+        auroc_high=high,
+    )
+    return evaluation, k
 
 
 def _mean_train_rows(members: Sequence[RunRecord], ids: list[int]) -> list[int | None]:
@@ -183,14 +241,15 @@ def _mean_train_rows(members: Sequence[RunRecord], ids: list[int]) -> list[int |
     return [None if by_id.get(c) is None else round(by_id[c]) for c in ids]
 
 
-def oof_summary(evaluation: Evaluation, padded: EvalSet, m: int) -> dict[str, Any]:
+def oof_summary(evaluation: Evaluation, padded: EvalSet, m: int, num_classes: int = 2) -> dict[str, Any]:
     """The summary's test figures over out-of-fold predictions, as ``Federation.summary`` defines them:
     ``test_auroc_mean`` / ``_std`` / ``_undefined`` (:func:`~lightning_fed.metrics.summarize` over the
-    centers), ``_fragile``, ``_pooled`` (every center's rows as one set), ``_robust``,
-    ``_robust_centers`` and ``_weighted`` (:func:`~lightning_fed.metrics.support.auroc_averages`),
-    ``test_accuracy_mean`` and ``test_balanced_accuracy_mean``, ``num_centers``."""
+    centers), ``_fragile``, ``_pooled`` (every center's rows as one set; NaN for multi-class),
+    ``_robust``, ``_robust_centers`` and ``_weighted`` (:func:`~lightning_fed.metrics.support.auroc_averages`
+    over the support of ``num_classes`` classes), ``test_accuracy_mean`` and
+    ``test_balanced_accuracy_mean``, ``num_centers``."""
     s = summarize(evaluation.auroc)
-    averages = auroc_averages(evaluation.auroc, split_support(padded.y, padded.mask, 2), m)
+    averages = auroc_averages(evaluation.auroc, split_support(padded.y, padded.mask, num_classes), m)
     return {
         "test_auroc_mean": s.mean,
         "test_auroc_std": s.std,

@@ -197,7 +197,8 @@ class RunRecord:
     @cached_property
     def predictions(self) -> pl.DataFrame | None:
         """``predictions.parquet`` (one row per evaluated val / test row: center, split, row, source row,
-        label, logit, probability), or None (runs written before it, multi-class models)."""
+        label, then logit and probability, or the lists logits and probabilities of a multi-class model),
+        or None (runs written before it)."""
         path = self.path / "predictions.parquet"
         return pl.read_parquet(path) if path.is_file() else None
 
