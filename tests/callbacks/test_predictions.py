@@ -20,10 +20,10 @@ from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
 
 
-def _fit(data, tmp_path: Path) -> tuple[Federation, dict]:
+def _fit(data, tmp_path: Path, module=None) -> tuple[Federation, dict]:
     fed = Federation(
         data,
-        MortalityMLP(hidden=(8,), dropout=0.0),
+        MortalityMLP(hidden=(8,), dropout=0.0) if module is None else module,
         FedAvg(),
         TrainerConfig(rounds=2, local_epochs=1, batch_size=32),
         fabric=Fabric(
@@ -94,21 +94,7 @@ def test_multiclass_predictions_hold_class_logits_and_give_the_centers_numbers(t
     from lightning_fed.models import SmallCNN
 
     data = Digits(num_clients=3, max_per_client=60, transforms=False).build(0)
-    fed = Federation(
-        data,
-        SmallCNN(width=8, groups=2, embed_dim=16),
-        FedAvg(),
-        TrainerConfig(rounds=2, local_epochs=1, batch_size=32),
-        fabric=Fabric(
-            accelerator="cpu",
-            devices=1,
-            callbacks=[
-                CentersWriter(tmp_path / "centers.parquet"),
-                PredictionsWriter(tmp_path / "predictions.parquet"),
-            ],
-        ),
-    )
-    fed.fit()
+    fed, _ = _fit(data, tmp_path, SmallCNN(width=8, groups=2, embed_dim=16))
     preds = pl.read_parquet(tmp_path / "predictions.parquet")
     centers = pl.read_parquet(tmp_path / "centers.parquet")
     assert "logit" not in preds.columns and set(preds["logits"].list.len().to_list()) == {10}

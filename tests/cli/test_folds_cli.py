@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from lightning_fed.cli import main
+from tests.cli.fold_runs import fit_folds
 
 pytestmark = pytest.mark.cli  # drives the CLI end to end
 
@@ -30,21 +31,7 @@ def test_three_folds_then_report_pools_out_of_fold_predictions(tmp_path: Path) -
     report's per-center AUROC is sklearn's over the pooled out-of-fold predictions."""
     metrics = pytest.importorskip("sklearn.metrics")
     root = tmp_path / "runs"
-    for label, cls in METHODS.items():
-        for fold in range(3):
-            main(
-                [
-                    "fit",
-                    *TINY,
-                    f"--algorithm=lightning_fed.algorithms.{cls}",
-                    "--seed=3",
-                    "--data.split.folds=3",
-                    f"--data.split.fold={fold}",
-                    f"--output.root={root}",
-                    f"--output.name={label}-seed3-fold{fold}",
-                    f"--output.label={label}",
-                ]
-            )
+    fit_folds(root, TINY, METHODS, folds=3, seed=3)
     summary = json.loads((root / "fedavg-seed3-fold2" / "summary.json").read_text())
     assert (summary["fold"], summary["folds"], summary["seed"]) == (2, 3, 3)
     preds = {

@@ -11,6 +11,7 @@ import polars as pl
 import pytest
 
 from lightning_fed.cli import main
+from tests.cli.fold_runs import fit_folds
 
 pytestmark = pytest.mark.cli  # drives the CLI end to end
 
@@ -48,21 +49,7 @@ def test_two_multiclass_folds_then_report_pools_class_logits(tmp_path: Path) -> 
     method's mean is the mean of those AUROCs; the pooled AUROC is NaN as for a single multi-class run."""
     metrics = pytest.importorskip("sklearn.metrics")
     root = tmp_path / "runs"
-    for label, cls in METHODS.items():
-        for fold in range(2):
-            main(
-                [
-                    "fit",
-                    *TINY,
-                    f"--algorithm=lightning_fed.algorithms.{cls}",
-                    "--seed=1",
-                    "--data.split.folds=2",
-                    f"--data.split.fold={fold}",
-                    f"--output.root={root}",
-                    f"--output.name={label}-seed1-fold{fold}",
-                    f"--output.label={label}",
-                ]
-            )
+    fit_folds(root, TINY, METHODS, folds=2, seed=1)
     main(["report", str(root), "--reference", "local"])
     out = root / "report"
     centers = pl.read_csv(out / "centers.csv").sort("center")  # the reference's out-of-fold numbers
