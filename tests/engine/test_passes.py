@@ -13,6 +13,8 @@ import torch
 from lightning.fabric import Fabric
 
 from lightning_fed.algorithms import FedAvg
+from lightning_fed.algorithms.fedprox import ProximalTerm
+from lightning_fed.dp.config import DPConfig
 from lightning_fed.engine import Cosine, PackedEngine, SequentialEngine
 from lightning_fed.engine.passes import PassEngine
 from lightning_fed.federation import Federation
@@ -82,6 +84,30 @@ def test_lr_schedule_reset_and_local_steps_match_one_pass() -> None:
         torch.float64, lr_schedule=Cosine(horizon=3), reset_optimizer_each_round=True, steps=4
     )
     for r in range(3):
+        assert torch.equal(one.train_round(r), passes.train_round(r))
+    _assert_same(one.state_dict(), passes.state_dict())
+
+
+def test_a_local_term_on_the_autograd_path_matches_one_pass() -> None:
+    """FedProx's proximal term (the autograd path through ``packed_forward``, dropout keyed per center)."""
+    names = tuple(n for n, _ in MortalityMLP(in_features=6, hidden=(16, 8)).named_parameters())
+    one, passes = _engines(torch.float64, local_term=ProximalTerm(0.1, names))
+    assert "autograd" in passes.training_path
+    for r in range(2):
+        assert torch.equal(one.train_round(r), passes.train_round(r))
+    _assert_same(one.state_dict(), passes.state_dict())
+
+
+def test_dp_sgd_matches_one_pass() -> None:
+    """DP-SGD (per-row clipping, noise keyed by center, step and round), without dropout: the vmapped
+    per-row gradients draw dropout from torch's global generator, which is not keyed per center."""
+    torch.manual_seed(0)
+    module = MortalityMLP(in_features=6, hidden=(16, 8), dropout=0.0).to(torch.float64)
+    one, passes = PackedEngine(), PassEngine(PackedEngine(), PER_PASS)
+    dp = DPConfig(level="sample", noise_multiplier=0.8, max_grad_norm=1.0)
+    for engine in (one, passes):
+        engine.setup(module, _train_sets(), batch_size=16, epochs=1, seed=3, dtype=torch.float64, dp=dp)
+    for r in range(2):
         assert torch.equal(one.train_round(r), passes.train_round(r))
     _assert_same(one.state_dict(), passes.state_dict())
 
