@@ -12,7 +12,7 @@ import pytest
 import torch
 from lightning.fabric import Fabric
 
-from lightning_fed.algorithms import FedAvg
+from lightning_fed.algorithms import ABPS, FedAvg
 from lightning_fed.algorithms.fedprox import ProximalTerm
 from lightning_fed.dp.config import DPConfig
 from lightning_fed.engine import Cosine, PackedEngine, SequentialEngine
@@ -141,27 +141,30 @@ def test_mask_phase_and_label_flips_match_one_pass() -> None:
     assert passes.epochs == one.epochs == 1
 
 
-def _fit(dtype_precision: str, per_pass: int | None) -> tuple[Federation, dict]:
+def _fit(dtype_precision: str, per_pass: int | None, algorithm: str = "fedavg") -> tuple[Federation, dict]:
     federation = Federation(
         make_federation(SIZES, seed=3),
         MortalityMLP(hidden=(16, 8), dropout=0.2),
-        FedAvg(),
-        TrainerConfig(rounds=2, batch_size=16, max_centers_per_pass=per_pass),
+        ABPS() if algorithm == "abps" else FedAvg(),
+        TrainerConfig(rounds=3, batch_size=16, max_centers_per_pass=per_pass),
         fabric=Fabric(accelerator="cpu", devices=1, precision=dtype_precision),
         seed=5,
     )
     return federation, federation.fit()
 
 
-@pytest.mark.parametrize("precision", ["64-true", "32-true"])
-def test_a_fedavg_fit_in_passes_equals_one_pass(precision: str) -> None:
-    """FedAvg over 24 centers, 2 rounds: the same parameters and summary with passes of 5 centers."""
-    one, summary_one = _fit(precision, None)
-    passes, summary_passes = _fit(precision, PER_PASS)
+@pytest.mark.parametrize(
+    ("precision", "algorithm"), [("64-true", "fedavg"), ("32-true", "fedavg"), ("64-true", "abps")]
+)
+def test_a_fit_in_passes_equals_one_pass(precision: str, algorithm: str) -> None:
+    """FedAvg (and ABPS) over 24 centers, 3 rounds: the same parameters, optimizer states and summary
+    with passes of 5 centers."""
+    one, summary_one = _fit(precision, None, algorithm)
+    passes, summary_passes = _fit(precision, PER_PASS, algorithm)
     assert isinstance(passes.engine, PassEngine) and not isinstance(one.engine, PassEngine)
     _assert_same(one.engine.state_dict(), passes.engine.state_dict())
     summary_one.pop("wall_seconds"), summary_passes.pop("wall_seconds")
-    assert summary_one == summary_passes and summary_one["rounds"] == 2
+    assert summary_one == summary_passes and summary_one["rounds"] == 3
 
 
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "10"])
