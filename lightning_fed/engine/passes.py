@@ -20,9 +20,9 @@ are consecutive runs of the one-pass engine's order (centers sorted by their ste
 descending, ties in center order), so every pass is itself sorted and has the prefix schedule's
 compact steps. The exception is a module whose random ops draw from torch's global generator (its
 own ``training_step`` with dropout, dropout under the ``vmap`` fallback of a module without
-``packed_forward``, or under DP-SGD's vmapped per-row gradients): those draws depend on the centers packed together, so a pass draws other masks
-than one pass does (alike in distribution, not the same bits), as a shard does. The built-in
-models draw from per-center streams.
+``packed_forward``, or under DP-SGD's vmapped per-row gradients): those draws depend on the
+centers packed together, so a pass draws other masks than one pass does (alike in distribution,
+not the same bits), as a shard does. The built-in models draw from per-center streams.
 
 **Interface.** Outside a round the engine is one engine over all ``C`` models: :meth:`get_params`,
 :meth:`set_params`, :meth:`state_dict` (the one-pass layout, so checkpoints move between pass
