@@ -27,8 +27,12 @@ Peaks are read from ``VmHWM`` of ``/proc/self/status``; the aggregation peak res
 ``/proc/self/clear_refs`` before each aggregation (Linux; elsewhere ``aggpk`` is blank and ``peak``
 is ``ru_maxrss``).
 
+``--max-centers-per-pass P`` trains every run in passes of at most ``P`` centers
+(``trainer.max_centers_per_pass``, :mod:`lightning_fed.engine.passes`: the same bits, round scratch
+sized by ``P``); without it, all centers in one pass.
+
 Run: ``python benchmarks/scale_centers.py [--centers 230 920 3680] [--rounds 4] [--stays 309]
-[--threads N] [--algorithms fedavg abps]``.
+[--threads N] [--algorithms fedavg abps] [--max-centers-per-pass P]``.
 """
 
 from __future__ import annotations
@@ -141,7 +145,9 @@ def worker(args: argparse.Namespace) -> None:
     centers = args.centers[0]
     data = SyntheticICU(num_centers=230, num_stays=centers * args.stays, partitioner=IID(centers)).build(0)
     algorithm = ABPS() if args.algorithm == "abps" else FedAvg()
-    trainer = TrainerConfig(rounds=args.rounds, local_epochs=2, batch_size=128)
+    trainer = TrainerConfig(
+        rounds=args.rounds, local_epochs=2, batch_size=128, max_centers_per_pass=args.max_centers_per_pass
+    )
     fabric = Fabric(accelerator="cpu", devices=1, callbacks=[times])
     federation = Federation(data, MortalityMLP(), algorithm, trainer, fabric=fabric, seed=0)
     algorithm.aggregate = peaks.around(algorithm.aggregate)  # type: ignore[method-assign]
@@ -164,6 +170,8 @@ def run_worker(args: argparse.Namespace, algorithm: str, centers: int) -> dict[s
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONPATH=path)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", f"--algorithm={algorithm}"]
     cmd += [f"--centers={centers}", f"--stays={args.stays}", f"--rounds={args.rounds}"]
+    if args.max_centers_per_pass is not None:
+        cmd.append(f"--max-centers-per-pass={args.max_centers_per_pass}")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -182,14 +190,22 @@ def main() -> None:
     parser.add_argument("--stays", type=int, default=309, help="stays per center (IID partition)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads")
     parser.add_argument("--algorithms", nargs="+", choices=("fedavg", "abps"), default=["fedavg", "abps"])
+    parser.add_argument(
+        "--max-centers-per-pass",
+        type=int,
+        default=None,
+        help="train in passes of at most this many centers (trainer.max_centers_per_pass); default one pass",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algorithm", choices=("fedavg", "abps"), default="abps", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
+    per_pass = args.max_centers_per_pass
     print(
         f"{os.cpu_count()} cores, {args.threads} threads, {args.stays} stays per center, "
+        f"{'one pass' if per_pass is None else f'passes of <= {per_pass} centers'}, "
         f"median of rounds 2..{args.rounds}; load average at start {os.getloadavg()[0]:.2f}"
     )
     header = (

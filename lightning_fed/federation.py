@@ -91,6 +91,7 @@ from lightning_fed.dp.accountant import require_dp_accounting
 from lightning_fed.dp.spent import PrivacySpent
 from lightning_fed.engine.base import Engine
 from lightning_fed.engine.eval_step import overrides_eval_step, step_logs
+from lightning_fed.engine.passes import PassEngine
 from lightning_fed.engine.schedule import steps_per_round
 from lightning_fed.evaluation import EvalSet, Evaluation, evaluate, support_columns
 from lightning_fed.metrics import (
@@ -159,8 +160,11 @@ class Federation:
         self.dtype = self.precision.dtype
         self.seed, self.wire = int(seed), wire if wire is not None else Wire()
         self.engine: Engine = self.trainer.engine
+        per_pass = getattr(self.trainer, "max_centers_per_pass", None)
+        if per_pass is not None:  # the packed engine in bounded passes (lightning_fed.engine.passes)
+            self.engine = PassEngine(self.engine, per_pass)
         if self.fabric.world_size > 1:
-            self.engine = ShardedEngine(self.trainer.engine, self.fabric)
+            self.engine = ShardedEngine(self.engine, self.fabric)
         self.round = 0
         self.should_stop = False
         self.last_result: RoundResult | None = None

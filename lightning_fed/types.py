@@ -189,6 +189,12 @@ class TrainerConfig:
             server); ``noise_multiplier``, ``max_grad_norm``, ``delta``. The privacy spent,
             ``privacy/epsilon`` at ``delta``, goes to ``rounds.parquet`` and ``summary.json``; it
             needs the ``privacy`` extra (dp-accounting). None (default): no DP.
+        max_centers_per_pass: Train the packed engine's centers in consecutive passes of at most this
+            many centers (:class:`~lightning_fed.engine.PassEngine`), so the round scratch (gradient,
+            round-start snapshot, prefetched dropout words, activation workspace) is sized by a pass,
+            not the federation: an integer >= 1. The built-in models train to the same bits as in
+            one pass (every draw of a center is keyed by its id; docs/scale_out.md). None (default):
+            all centers in one pass.
 
     Raises:
         ValueError: One line naming the ``trainer`` key, if a value is below 1 or of the wrong type.
@@ -208,6 +214,7 @@ class TrainerConfig:
         threads: int | Literal["auto"] = "auto",
         centers_per_round: int | float | None = None,
         dp: DPConfig | None = None,
+        max_centers_per_pass: int | None = None,
     ) -> None:
         checked = [("rounds", rounds), ("local_epochs", local_epochs), ("batch_size", batch_size)]
         for key, value in [*checked, *([("local_steps", local_steps)] if local_steps is not None else [])]:
@@ -246,10 +253,12 @@ class TrainerConfig:
                 f"got {type(dp).__name__}"
             )
         self.dp = dp
-        if engine is None:
-            from lightning_fed.engine.packed import PackedEngine
+        from lightning_fed.engine.packed import PackedEngine
+        from lightning_fed.engine.passes import check_max_centers_per_pass
 
+        if engine is None:
             engine = PackedEngine()
+        self.max_centers_per_pass = check_max_centers_per_pass(max_centers_per_pass, engine)
         self.rounds, self.local_epochs, self.batch_size = int(rounds), int(local_epochs), int(batch_size)
         self.engine = engine
         self.local_steps = None if local_steps is None else int(local_steps)

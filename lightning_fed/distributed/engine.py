@@ -29,6 +29,7 @@ from lightning_fed.distributed.collectives import CollectiveTimer, gather_rows
 from lightning_fed.distributed.shards import shard_bounds
 from lightning_fed.engine.base import Engine, TrainSet
 from lightning_fed.engine.packed import PackedEngine
+from lightning_fed.engine.passes import PassEngine
 from lightning_fed.engine.schedule import steps_per_round
 
 __all__ = ["ShardedEngine"]
@@ -38,13 +39,14 @@ class ShardedEngine(Engine):
     """Train this rank's shard with ``inner``; exchange shards with Fabric collectives.
 
     Args:
-        inner: The engine of this rank's shard (a fresh :class:`PackedEngine`; it must key batch
-            order and dropout by global center id, which the sequential engine does not).
+        inner: The engine of this rank's shard (a fresh :class:`PackedEngine`, or a
+            :class:`~lightning_fed.engine.passes.PassEngine` training the shard in bounded passes; it
+            must key batch order and dropout by global center id, which the sequential engine does not).
         fabric: The launched Fabric whose ranks share the federation.
     """
 
     def __init__(self, inner: Engine, fabric: Fabric) -> None:
-        if not isinstance(inner, PackedEngine):
+        if not isinstance(inner, PackedEngine | PassEngine):
             raise ValueError(
                 f"trainer.engine: {type(inner).__name__} cannot train a shard of the centers per process "
                 "(fabric.devices x fabric.num_nodes > 1); use lightning_fed.engine.PackedEngine (the default)"

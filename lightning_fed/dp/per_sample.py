@@ -100,9 +100,14 @@ def dp_flat_mean(rows: Tensor, mask: Tensor, clip: float, noise_multiplier: floa
     ``tilde g_c = (sum_b m_cb g_cb min(1, C / ||g_cb||) + sigma C z_c) / sum_b m_cb`` with ``m`` the
     row mask ``[k, B]`` (0 on padded slots) and ``z_c`` the standard normals ``noise [k, D]``
     (:func:`step_noise`); the module docstring's formula with ``B`` the center's real rows.
+
+    The sum over ``b`` is an elementwise product reduced over the row dimension (each entry summed in
+    row order), not ``einsum``: its batched matmul gave a center last-bit different sums depending on
+    how many centers shared the call, and a shard or a pass of the centers
+    (:mod:`lightning_fed.engine.passes`) must train to the bits of the whole federation.
     """
     norms = rows.pow(2).sum(2).sqrt().clamp_min(1e-12)
     factor = (clip / norms).clamp(max=1.0) * mask
-    total = torch.einsum("kb,kbd->kd", factor.to(rows.dtype), rows)
+    total = (factor.to(rows.dtype).unsqueeze(2) * rows).sum(1)
     total = total + (noise_multiplier * clip) * noise.to(total.device, total.dtype)
     return total / mask.sum(1, keepdim=True).to(total.dtype)

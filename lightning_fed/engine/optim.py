@@ -13,6 +13,13 @@ per center with step count ``t``:
     p <- p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 SGD with momentum mu, dampening d (torch semantics, buffer = g on a center's first step):
     g <- g + wd * p;  buf <- mu buf + (1 - d) g;  p <- p - lr * (g + mu buf if nesterov else buf)
+
+The bias corrections ``b^t`` are looked up per center in a table of C's ``pow(b, t)`` (what
+``torch.optim.Adam`` computes in Python and torch's scalar loop computes), not computed as
+``torch.pow`` over the ``[k]`` step counts: torch's vectorized ``pow`` differs from the scalar one in
+the last bit and covers all but the tail of a ``[k]`` tensor, so a center's correction would depend
+on how many centers step with it, and a shard or a pass of the centers
+(:mod:`lightning_fed.engine.passes`) would not train to the bits of the whole federation.
 """
 
 from __future__ import annotations
@@ -34,6 +41,30 @@ __all__ = [
     "optimizer_and_scheduler",
     "stacked_optimizer_for",
 ]
+
+
+class Powers:
+    """``b^t`` for integer step counts ``t >= 0``: C's ``pow(b, t)``, whatever the number of centers.
+
+    Args:
+        base: ``b`` (an Adam beta).
+    """
+
+    def __init__(self, base: float) -> None:
+        self.base = float(base)
+        self._values = [1.0]
+        self._table = torch.ones(1, dtype=torch.float64)
+
+    def __call__(self, steps: Tensor) -> Tensor:
+        """float64 ``b^t`` of each count in ``steps`` (int64 ``[k]``; the table grows as needed)."""
+        need = int(steps.max()) if steps.numel() else 0
+        if need >= len(self._values):
+            top = max(need + 1, 2 * len(self._values))
+            self._values.extend(self.base**t for t in range(len(self._values), top))
+            self._table = torch.tensor(self._values, dtype=torch.float64)
+        if self._table.device != steps.device:
+            self._table = self._table.to(steps.device)
+        return self._table[steps]
 
 
 def _per_center(vec: Tensor, like: Tensor) -> Tensor:
@@ -87,7 +118,10 @@ class StackedAdam(StackedOptimizer):
         self.decoupled = bool(decoupled)
         self.lr, self.eps, self.weight_decay = float(lr), float(eps), float(weight_decay)
         self.beta1, self.beta2 = (float(b) for b in betas)
-        self._buffers: dict[str, Tensor] = {}
+        self._powers1, self._powers2 = Powers(self.beta1), Powers(self.beta2)
+        #: Reusable temporaries by name (a packed engine hands in its round scratch's dict, which the
+        #: engines of consecutive passes share, :mod:`lightning_fed.engine.scratch`).
+        self.buffers: dict[str, Tensor] = {}
 
     def init_state(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
         first = next(iter(params.values()))
@@ -110,9 +144,8 @@ class StackedAdam(StackedOptimizer):
         """
         steps = state["step"][:k]
         steps += 1
-        t = steps.to(torch.float64)
-        bc1 = 1.0 - self.beta1**t
-        bc2_sqrt = torch.sqrt(1.0 - self.beta2**t)
+        bc1 = 1.0 - self._powers1(steps)
+        bc2_sqrt = torch.sqrt(1.0 - self._powers2(steps))
         for name, g in grads.items():
             p = params[name][:k]
             m, v = state[f"exp_avg.{name}"][:k], state[f"exp_avg_sq.{name}"][:k]
@@ -133,10 +166,10 @@ class StackedAdam(StackedOptimizer):
 
     def _buffer(self, name: str, like: Tensor) -> Tensor:
         """A reusable buffer shaped like ``like`` (grown when a larger one is asked for)."""
-        buf = self._buffers.get(name)
+        buf = self.buffers.get(name)
         n = like.numel()
         if buf is None or buf.numel() < n or buf.dtype != like.dtype or buf.device != like.device:
-            buf = self._buffers[name] = torch.empty(n, dtype=like.dtype, device=like.device)
+            buf = self.buffers[name] = torch.empty(n, dtype=like.dtype, device=like.device)
         return buf[:n].view(like.shape)
 
 

@@ -79,6 +79,7 @@ from lightning_fed.engine.optim import (
     stacked_optimizer_for,
 )
 from lightning_fed.engine.schedule import center_batches, steps_per_round
+from lightning_fed.engine.scratch import RoundScratch
 from lightning_fed.engine.stacked_step import StackedTrainingStep
 from lightning_fed.engine.training_step import (
     RoundLogs,
@@ -227,6 +228,11 @@ class PackedEngine(Engine):
     batch order and dropout stream, so a shard of the centers trains exactly as in the whole.
     """
 
+    #: Round scratch (:mod:`lightning_fed.engine.scratch`); set before :meth:`setup` to share one
+    #: between engines that train one after the other (the passes of a
+    #: :class:`~lightning_fed.engine.passes.PassEngine`), else made at setup.
+    scratch: RoundScratch | None = None
+
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         # Mixed precision needs autocast, which only the autograd path honours: callers pass
         # ``nullcontext`` (the default) when there is nothing to autocast.
@@ -274,19 +280,21 @@ class PackedEngine(Engine):
         #: The rate ``configure_optimizers`` set; round ``r`` trains at ``base_lr * lr_factor(r)``.
         self.base_lr = self.optimizer.lr
         self.opt_state = self.optimizer.init_state({"flat": self.flat})
-        self.grad = torch.zeros_like(self.flat)
-        # Per-name views of the whole stacks, sliced [:k] per step (self.flat is never rebound).
-        self._flat_views, self._grad_views = self._views(self.flat), self._views(self.grad)
-        #: Scratch buffers reused every step and round (a fresh multi-MB tensor per op costs more in
-        #: page faults than its arithmetic on CPU): the fast path's activations and gradients, and
-        #: the gathered batch inputs.
-        self._workspace: dict[str, Tensor] = {}
-        self._xb = self.x.new_empty(0)
-        self._yb = self.y.new_empty(0)
+        #: Scratch reused every step and round (a fresh multi-MB tensor per op costs more in page
+        #: faults than its arithmetic on CPU): the flat gradient, the round-start snapshot, the
+        #: prefetched dropout words, the fast path's activations, the optimizer's temporaries and the
+        #: gathered batch inputs. A :class:`~lightning_fed.engine.passes.PassEngine` sets one shared
+        #: by its passes before setup; otherwise the engine has its own.
+        if self.scratch is None:
+            self.scratch = RoundScratch()
+        if hasattr(self.optimizer, "buffers"):
+            self.optimizer.buffers = self.scratch.optimizer
+        self._take_grad()
+        # Per-name views of the whole parameter stack, sliced [:k] per step (self.flat is never rebound).
+        self._flat_views = self._views(self.flat)
         # Dropout words each center draws per step, learnt from the first step (0: no dropout);
-        # from then on a round's words are drawn up front (CenterStreams.prefetch) into _words.
+        # from then on a round's words are drawn up front (CenterStreams.prefetch) into the scratch.
         self._words_per_step: int | None = None
-        self._words: Tensor | None = None
         #: ``(a, b)`` column spans of the parameters :meth:`set_phase` froze (empty: none).
         self._frozen_spans: list[tuple[int, int]] = []
         # A module's own training_step is its loss (engine/training_step.py): run through vmap, or
@@ -319,11 +327,15 @@ class PackedEngine(Engine):
             self.fast_path and "workspace" in inspect.signature(self.module.packed_loss_grad).parameters
         )
         self.training_path = self._describe_path()
-        #: Round-start snapshot buffers, reused every round (fresh buffers cost page faults).
-        self._saved: tuple[Tensor, dict[str, Tensor]] | None = None
         #: Bool ``[C, D]`` (sorted order), True where a parameter is masked out; None: no mask.
         self._masked_out: Tensor | None = None
         self.mask = None
+
+    def _take_grad(self) -> None:
+        """The flat gradient ``[C, D]`` and its per-name views, in the (possibly shared) scratch; taken
+        again at every round start since another pass's engine may have grown the buffer since."""
+        self.grad = self.scratch.take("grad", tuple(self.flat.shape), self.flat, zero=True)
+        self._grad_views = self._views(self.grad)
 
     def _schedule(self) -> None:
         """Each center's steps this round (sorted order) and the step-major layout of its batches.
@@ -436,12 +448,9 @@ class PackedEngine(Engine):
     def _gather(self, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Inputs ``[k, B, F]`` and labels ``[k, B]`` of the rows ``[k, B]``, in reused buffers."""
         n = rows.numel()
-        if self._xb.shape[0] < n:
-            self._xb = self.x.new_empty(n, *self.x.shape[1:])
-            self._yb = self.y.new_empty(n)
         flat = rows.view(-1)
-        xb = torch.index_select(self.x, 0, flat, out=self._xb[:n])
-        yb = torch.index_select(self.y, 0, flat, out=self._yb[:n])
+        xb = torch.index_select(self.x, 0, flat, out=self.scratch.take("xb", (n, *self.x.shape[1:]), self.x))
+        yb = torch.index_select(self.y, 0, flat, out=self.scratch.take("yb", (n,), self.y))
         return xb.view(*rows.shape, *self.x.shape[1:]), yb.view(rows.shape)
 
     #: Bool ``[C]`` (center order): centers whose last round diverged and was rolled back.
@@ -464,6 +473,7 @@ class PackedEngine(Engine):
             self.optimizer.lr = self.base_lr * self.lr_factor(round_idx)
         if self.reset_optimizer_each_round:
             self.optimizer.reset_state(self.opt_state)
+        self._take_grad()
         rows, masks = self._round_rows(round_idx)
         draws = self._augment_draws(round_idx) if self.augment is not None else None
         before = self._snapshot()
@@ -471,12 +481,12 @@ class PackedEngine(Engine):
         gen = CenterStreams(self.seed, round_idx, self.center_ids[self.order].tolist(), self.device)
         if self._words_per_step:
             threads = torch.get_num_threads() if self.device.type == "cpu" else 1
-            self._words = gen.prefetch(
-                self._steps_list, self._words_per_step, threads=threads, out=self._words
+            self.scratch.buffers["words"] = gen.prefetch(
+                self._steps_list, self._words_per_step, threads=threads, out=self.scratch.buffers.get("words")
             )
         loss_sum = torch.zeros(self.num_models, dtype=torch.float64, device=self.device)
         logs = RoundLogs(self.num_models, self.logged_names)
-        extra = {"workspace": self._workspace} if self._pass_workspace else {}
+        extra = {"workspace": self.scratch.workspace} if self._pass_workspace else {}
         calls_before = self._step_module.calls if self._step_module is not None else 0
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(derive_seed(self.seed, "dropout-vmap", round_idx))
@@ -561,14 +571,11 @@ class PackedEngine(Engine):
         self.optimizer.lr = self._replay.rates(counts).to(self.device)
 
     def _snapshot(self) -> tuple[Tensor, dict[str, Tensor]]:
-        """Copy parameters and optimizer state into buffers kept across rounds (a fresh ~45 MB
+        """Copy parameters and optimizer state into scratch buffers kept across rounds (a fresh ~45 MB
         allocation every round costs page faults: measured ~25 % of a packed round)."""
-        if self._saved is None:
-            self._saved = (
-                torch.empty_like(self.flat),
-                {n: torch.empty_like(t) for n, t in self.opt_state.items()},
-            )
-        flat, state = self._saved
+        take = self.scratch.take
+        flat = take("saved.flat", tuple(self.flat.shape), self.flat)
+        state = {n: take(f"saved.{n}", tuple(t.shape), t) for n, t in self.opt_state.items()}
         self._counts_before = self._sched_counts.clone()
         flat.copy_(self.flat)
         for n, t in self.opt_state.items():

@@ -92,6 +92,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.aggregator": None,  # None: the weighted mean (FedAvg, ABPS, DeceFL; issue 32)
     "trainer.dp": None,  # None: no differential privacy of training (issue 34)
     "model.init_args.optimizer": "adam",  # MortalityMLP's Adam (SGD for SCAFFOLD, issue 34)
+    "trainer.max_centers_per_pass": None,  # None: all centers in one packed pass (issue 33)
 }
 
 

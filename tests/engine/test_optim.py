@@ -68,3 +68,27 @@ def test_unsupported_optimizer_is_a_clear_error() -> None:
     with pytest.raises(TypeError, match="amsgrad"):
         stacked_optimizer_for(torch.optim.Adam(p, amsgrad=True))
     assert isinstance(stacked_optimizer_for({"optimizer": torch.optim.Adam(p)}), StackedAdam)
+
+
+def test_a_centers_adam_step_does_not_depend_on_how_many_centers_step() -> None:
+    """The bias corrections ``1 - b^t`` come from C's ``pow`` per center, not torch's vectorized
+    ``pow`` over the ``[k]`` step counts (which differs in the last bit and covers all but a tail):
+    120 centers with step counts 1..120 stepped all at once or 5 at a time give the same bits (what
+    makes a pass or a shard of the centers train as the whole federation). In float64: a float32
+    step casts the corrections down, which hides their last bit."""
+    dtype = torch.float64
+    gen = torch.Generator().manual_seed(0)
+    p0 = torch.randn(120, 257, generator=gen, dtype=dtype)
+    g = torch.randn(120, 257, generator=gen, dtype=dtype)
+    whole_opt, part_opt = (StackedAdam(1e-3, (0.9, 0.999), 1e-8, 0.0) for _ in range(2))
+    whole, state = {"w": p0.clone()}, whole_opt.init_state({"w": p0})
+    state["step"].copy_(torch.arange(120))
+    state["exp_avg.w"].copy_(g.abs())
+    state["exp_avg_sq.w"].copy_(g * g)
+    parts = [{n: t[lo : lo + 5].clone() for n, t in state.items()} for lo in range(0, 120, 5)]
+    whole_opt.step(whole, {"w": g.clone()}, state, 120)
+    for i, part_state in enumerate(parts):
+        rows = slice(5 * i, 5 * i + 5)
+        part = {"w": p0[rows].clone()}
+        part_opt.step(part, {"w": g[rows].clone()}, part_state, 5)
+        assert torch.equal(part["w"], whole["w"][rows]), i

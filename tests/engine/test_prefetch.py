@@ -89,7 +89,7 @@ def test_prefetched_rounds_train_bit_identically_to_lazy_draws(monkeypatch: pyte
         engines[1]._words_per_step = None  # re-learnt during the round: every round drawn lazily
         losses = [engine.train_round(r) for engine in engines]
         assert torch.equal(losses[0], losses[1]), r
-    assert engines[0]._words_per_step == 16 * (16 + 8) // 4 and engines[0]._words is not None
+    assert engines[0]._words_per_step == 16 * (16 + 8) // 4 and "words" in engines[0].scratch.buffers
     a, b = (engine.get_params() for engine in engines)
     for name in a:
         assert torch.equal(a[name], b[name]), name
