@@ -66,23 +66,7 @@ class ShardedEngine(Engine):
         self.bounds = shard_bounds(costs, self.fabric.world_size)
         self.counts = [hi - lo for lo, hi in self.bounds]
         lo, hi = self.shard
-        self.inner.setup(
-            self.module,
-            list(train[lo:hi]),
-            batch_size=self.batch_size,
-            epochs=self.epochs,
-            seed=self.seed,
-            device=self.device,
-            dtype=dtype,
-            autocast=self.autocast,
-            local_term=self.local_term,
-            steps=self.local_steps,
-            center_ids=range(lo, hi),
-            lr_schedule=self.lr_schedule,
-            reset_optimizer_each_round=self.reset_optimizer_each_round,
-            augment=self.augment,
-            dp=self.dp,
-        )
+        self.setup_inner(self.inner, list(train[lo:hi]), dtype, range(lo, hi))
         self.training_path = (
             f"{self.inner.training_path} (a shard per process, {self.fabric.world_size} processes)"
         )

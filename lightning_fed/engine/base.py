@@ -197,6 +197,29 @@ class Engine(ABC):
         self._one_row = next((x[:1].to(self.device, dtype) for x, _ in train if len(x)), None)
         self._build(train, dtype)
 
+    def setup_inner(
+        self, inner: Engine, train: Sequence[TrainSet], dtype: torch.dtype, center_ids: Sequence[int]
+    ) -> None:
+        """Set up ``inner`` (a wrapper's engine over part of the models: a DDP shard, a pass) on
+        ``train`` with this engine's settings, its models keyed by the global ``center_ids``."""
+        inner.setup(
+            self.module,
+            train,
+            batch_size=self.batch_size,
+            epochs=self.epochs,
+            seed=self.seed,
+            device=self.device,
+            dtype=dtype,
+            autocast=self.autocast,
+            local_term=self.local_term,
+            steps=self.local_steps,
+            center_ids=center_ids,
+            lr_schedule=self.lr_schedule,
+            reset_optimizer_each_round=self.reset_optimizer_each_round,
+            augment=self.augment,
+            dp=self.dp,
+        )
+
     @abstractmethod
     def _build(self, train: Sequence[TrainSet], dtype: torch.dtype) -> None:
         """Engine-specific state: stacked or per-center parameters, optimizer states, data layout."""

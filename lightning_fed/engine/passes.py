@@ -123,23 +123,7 @@ class PassEngine(Engine):
         for index in self.indices:
             engine = type(self.template)()
             engine.scratch = self.scratch
-            engine.setup(
-                self.module,
-                [train[int(m)] for m in index],
-                batch_size=self.batch_size,
-                epochs=self.epochs,
-                seed=self.seed,
-                device=self.device,
-                dtype=dtype,
-                autocast=self.autocast,
-                local_term=self.local_term,
-                steps=self.local_steps,
-                center_ids=self.center_ids[index].tolist(),
-                lr_schedule=self.lr_schedule,
-                reset_optimizer_each_round=self.reset_optimizer_each_round,
-                augment=self.augment,
-                dp=self.dp,
-            )
+            self.setup_inner(engine, [train[int(m)] for m in index], dtype, self.center_ids[index].tolist())
             self.passes.append(engine)
         first = self.passes[0]
         self.logged_names = first.logged_names
