@@ -30,7 +30,7 @@ from lightning_fed.metrics.delong import delong_interval
 from lightning_fed.metrics.support import split_support
 from lightning_fed.metrics.torchmetrics_per_center import PerCenterMetrics
 
-__all__ = ["EvalSet", "Evaluation", "evaluate", "support_columns"]
+__all__ = ["EvalSet", "Evaluation", "evaluate", "score", "support_columns"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -95,25 +95,43 @@ def evaluate(
     metrics: PerCenterMetrics | None = None,
 ) -> Evaluation:
     """Evaluate center ``c``'s model on center ``c``'s split, for every center at once (and the
-    configured torchmetrics ``metrics``, center by center)."""
+    configured torchmetrics ``metrics``, center by center): :func:`score` of the models' logits."""
     logits = engine.predict(center_params, split.x).float().cpu()
+    return score(logits, split.y, split.mask, metrics)
+
+
+def score(logits: Tensor, y: Tensor, mask: Tensor, metrics: PerCenterMetrics | None = None) -> Evaluation:
+    """Per-center metrics of logits against labels (a split's, or pooled out-of-fold rows').
+
+    Binary (``logits [C, n]``): the exact AUROC per center with its DeLong (1988) interval, the pooled
+    AUROC over every center's rows, accuracy of ``logit > 0`` and balanced accuracy over 2 classes.
+    Multi-class (``[C, n, K]``): per center the macro one-vs-rest AUROC
+
+        A_c = (1 / |K_c|) sum_{k in K_c} AUROC(log softmax(z)_k, 1[y = k]),
+
+    ``K_c`` the classes with both labels among the center's rows (sklearn's
+    ``roc_auc_score(multi_class="ovr", average="macro")`` where every class occurs), accuracy of the
+    arg-max class and balanced accuracy over ``K`` classes; no interval and a NaN pooled AUROC.
+
+    Args:
+        logits: ``[C, n]`` or ``[C, n, K]``, padded like ``y``.
+        y: Labels ``[C, n]``.
+        mask: Real rows ``[C, n]``.
+        metrics: The configured torchmetrics metrics, evaluated center by center; None: none.
+    """
     if logits.dim() == 3:
-        auroc, pooled, num_classes = (
-            batched_macro_auroc(logits, split.y, split.mask),
-            float("nan"),
-            logits.shape[2],
-        )
+        auroc, pooled, num_classes = batched_macro_auroc(logits, y, mask), float("nan"), logits.shape[2]
         low = high = torch.full_like(auroc, float("nan"))
     else:
-        auroc = batched_auroc(logits, split.y, split.mask)
-        _, low, high = delong_interval(logits, split.y, split.mask)
-        pooled, num_classes = pooled_auroc(logits[split.mask], split.y[split.mask]), 2
+        auroc = batched_auroc(logits, y, mask)
+        _, low, high = delong_interval(logits, y, mask)
+        pooled, num_classes = pooled_auroc(logits[mask], y[mask]), 2
     return Evaluation(
         auroc=auroc,
         pooled_auroc=pooled,
-        accuracy=batched_accuracy(logits, split.y, split.mask),
-        balanced_accuracy=batched_balanced_accuracy(logits, split.y, split.mask, num_classes),
-        metrics=metrics.evaluate(logits, split.y, split.mask) if metrics else {},
+        accuracy=batched_accuracy(logits, y, mask),
+        balanced_accuracy=batched_balanced_accuracy(logits, y, mask, num_classes),
+        metrics=metrics.evaluate(logits, y, mask) if metrics else {},
         auroc_low=low,
         auroc_high=high,
         logit=logits,

@@ -7,7 +7,7 @@ partition its rows. :func:`pool_folds` replaces each complete set of ``k`` fold 
 out-of-fold test predictions (``predictions.parquet``): each center's rows over the ``k`` folds form
 one test set, scored by the model of the fold that held them out. Multi-class folds (the image
 federations, ``predictions.parquet`` with ``K`` class ``logits`` per row) are scored as
-:func:`~lightning_fed.evaluation.evaluate` scores a multi-class split: the macro one-vs-rest AUROC
+:func:`~lightning_fed.evaluation.score` scores a multi-class split: the macro one-vs-rest AUROC
 over the classes with both labels present (:func:`~lightning_fed.metrics.batched_macro_auroc`),
 accuracy of the arg-max class, balanced accuracy over ``K`` classes, support over ``K`` classes,
 no DeLong interval and a NaN pooled AUROC. A pooled record has no rounds,
@@ -34,17 +34,11 @@ from typing import Any
 import polars as pl
 import torch
 
-from lightning_fed.evaluation import EvalSet, Evaluation, support_columns
+from lightning_fed.evaluation import EvalSet, Evaluation, score, support_columns
 from lightning_fed.metrics import (
-    batched_accuracy,
-    batched_auroc,
-    batched_balanced_accuracy,
-    batched_macro_auroc,
     fragile_auroc,
-    pooled_auroc,
     summarize,
 )
-from lightning_fed.metrics.delong import delong_interval
 from lightning_fed.metrics.support import auroc_averages, split_support
 from lightning_fed.reporting.runs import RunRecord
 
@@ -185,7 +179,9 @@ def oof_centers(members: Sequence[RunRecord], robust_min_per_class: int = 2) -> 
     frames = [_test_rows(m) for m in members]
     _layouts(frames, members)
     ids, names, logits, y, mask = _padded(pl.concat(frames, how="vertical_relaxed"))
-    evaluation, num_classes = _oof_evaluation(logits, y, mask)
+    # Scored as a split is (lightning_fed.evaluation.score): macro one-vs-rest AUROC for class logits.
+    evaluation = score(logits, y, mask)
+    num_classes = logits.shape[2] if logits.dim() == 3 else 2
     padded = EvalSet(torch.zeros(len(ids), y.shape[1], 0), y, mask)
     n_train = _mean_train_rows(members, ids)
     frame = pl.DataFrame(
@@ -197,37 +193,6 @@ def oof_centers(members: Sequence[RunRecord], robust_min_per_class: int = 2) -> 
         }
     )
     return frame, oof_summary(evaluation, padded, robust_min_per_class, num_classes)
-
-
-def _oof_evaluation(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> tuple[Evaluation, int]:
-    """The pooled rows scored as :func:`~lightning_fed.evaluation.evaluate` scores a split, and ``K``.
-
-    Binary (``logits [C, n]``): the exact AUROC per center with its DeLong (1988) interval, the
-    pooled AUROC over every center's rows, accuracy of ``logit > 0`` and balanced accuracy over 2
-    classes. Multi-class (``[C, n, K]``): per center the macro one-vs-rest AUROC
-
-        A_c = (1 / |K_c|) sum_{k in K_c} AUROC(log softmax(z)_k, 1[y = k]),
-
-    ``K_c`` the classes with both labels among the center's pooled rows (sklearn's
-    ``roc_auc_score(multi_class="ovr", average="macro")`` where every class occurs), accuracy of the
-    arg-max class and balanced accuracy over ``K`` classes; no interval and a NaN pooled AUROC, as in
-    :class:`~lightning_fed.evaluation.Evaluation`.
-    """
-    if logits.dim() == 3:
-        auroc, pooled, k = batched_macro_auroc(logits, y, mask), float("nan"), logits.shape[2]
-        low = high = torch.full_like(auroc, float("nan"))
-    else:
-        _, low, high = delong_interval(logits, y, mask)
-        auroc, pooled, k = batched_auroc(logits, y, mask), pooled_auroc(logits[mask], y[mask]), 2
-    evaluation = Evaluation(
-        auroc=auroc,
-        pooled_auroc=pooled,
-        accuracy=batched_accuracy(logits, y, mask),
-        balanced_accuracy=batched_balanced_accuracy(logits, y, mask, k),
-        auroc_low=low,
-        auroc_high=high,
-    )
-    return evaluation, k
 
 
 def _mean_train_rows(members: Sequence[RunRecord], ids: list[int]) -> list[int | None]:
