@@ -559,7 +559,13 @@ def _lightning_worker(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         data,
         MortalityMLP(dropout=args.dropout),
         CapturingFedAvg(),
-        TrainerConfig(rounds=args.rounds, local_epochs=LOCAL_EPOCHS, batch_size=BATCH_SIZE),
+        # trainer.threads: --threads as given (the fit's "auto" would otherwise choose its own count).
+        TrainerConfig(
+            rounds=args.rounds,
+            local_epochs=LOCAL_EPOCHS,
+            batch_size=BATCH_SIZE,
+            threads=args.threads if args.threads else "auto",
+        ),
         fabric=Fabric(accelerator="cpu", devices=1, callbacks=[RoundTimer()]),
         seed=args.seed,
     )
