@@ -668,7 +668,18 @@ class PackedEngine(Engine):
             self.module.train()
 
     def get_params(self) -> dict[str, Tensor]:
-        return self._views(self.flat.index_select(0, self.inverse.to(self.device)))
+        """Every model's parameters in model order, one contiguous ``[C, *shape]`` tensor per name.
+
+        Each name is gathered from its own columns of the flat buffer: views of one ``[C, D]`` copy
+        would be strided (row stride ``D``), and every consumer that reshapes or gathers rows
+        (messages, norms, mixing) would copy them again; at 3,680 centers that doubled FedAvg's and
+        ABPS's aggregation time (issue 33).
+        """
+        inverse = self.inverse.to(self.device)
+        return {
+            n: self.flat[:, a:b].index_select(0, inverse).view(self.num_models, *self.shapes[n])
+            for n, (a, b) in self.spans.items()
+        }
 
     def set_params(self, params: dict[str, Tensor]) -> None:
         order = self.order.to(self.device)
