@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lightning_fed.comm.wire import Wire
+from lightning_fed.comm.wire import Wire, message_norms
 
 __all__ = ["Delivery", "exchange", "peer_exchange", "rows", "rows_per_chunk"]
 
@@ -56,7 +56,7 @@ def exchange(
     src: Tensor,
     dst: Tensor,
     round_idx: int,
-    own: dict[str, Tensor] | None = None,
+    own: dict[str, Tensor] | Tensor | None = None,
     checked: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None,
     valid: Callable[[dict[str, Tensor]], Tensor] | None = None,
     anchored: bool = True,
@@ -73,8 +73,9 @@ def exchange(
         dst: Receiver ids ``[E]``.
         round_idx: The round the bytes and rejections are booked to.
         own: The receivers' references for the norm test (:meth:`Wire.accept`), leading dimension
-            ``E`` or 1, the same names as what the test sees; None: the median of the received norms
-            (a receiver with no model of its own, the FedAvg server).
+            ``E`` or 1, the same names as what the test sees, or their norms (float64 ``[E]``, as
+            :func:`~lightning_fed.comm.wire.message_norms` gives them); None: the median of the
+            received norms (a receiver with no model of its own, the FedAvg server).
         checked: What the norm test sees of the decoded payload (default: all of it), e.g. only the
             values of a payload that also carries masks.
         valid: A further receiver-side test, bool ``[E]`` on the decoded payload (e.g. well-formed
@@ -120,8 +121,8 @@ def peer_exchange(
     edge), one :func:`exchange` call each. Each call sends, books and validates its edges as one
     call over all would (bytes per edge, the receiver's own-norm test per message, the faults keyed
     by sender and round), so the :class:`Delivery` is the same; what a call holds besides the
-    accepted messages (the receivers' reference rows and the norm test's float64 copies) is bounded
-    by the chunk. The accepted messages are copied into one buffer, in send order.
+    accepted messages (the messages' float64 norms) is bounded by the chunk; the receivers' own norms are
+    computed once per center. The accepted messages are copied into one buffer, in send order.
 
     Args:
         wire: The wire.
@@ -133,14 +134,19 @@ def peer_exchange(
     """
     src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
     chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
+    # Each receiver's own norm, once per center rather than once per edge (a row's norm does not
+    # depend on the rows computed with it: message_norms).
+    if not len(src):
+        return exchange(wire, rows(shared, src), src, dst, round_idx)
+    own = message_norms(shared)
     if len(src) <= chunk:
-        return exchange(wire, rows(shared, src), src, dst, round_idx, own=rows(shared, dst))
+        return exchange(wire, rows(shared, src), src, dst, round_idx, own=own.index_select(0, dst))
     received: dict[str, Tensor] = {}
     parts: list[tuple[Tensor, Tensor, Tensor]] = []
     filled = 0
     for lo in range(0, len(src), chunk):
         s, d = src[lo : lo + chunk], dst[lo : lo + chunk]
-        got = exchange(wire, rows(shared, s), s, d, round_idx, own=rows(shared, d))
+        got = exchange(wire, rows(shared, s), s, d, round_idx, own=own.index_select(0, d))
         if not received:
             received = {n: t.new_empty((len(src), *t.shape[1:])) for n, t in got.received.items()}
         for name, t in got.received.items():

@@ -36,13 +36,40 @@ __all__ = ["MAX_NORM_RATIO", "Wire", "message_norms"]
 MAX_NORM_RATIO = 5.0
 
 
+#: Bytes of float64 temporaries :func:`message_norms` holds at once (rows are taken in chunks).
+NORM_CHUNK_BYTES = 16 * 2**20
+
+
 def message_norms(payload: dict[str, Tensor]) -> Tensor:
-    """L2 norm of every message ``[E]`` over all of its tensors (float64; NaN/Inf propagate)."""
-    total = None
-    for t in payload.values():
-        sq = t.detach().to(torch.float64).reshape(t.shape[0], -1).pow(2).sum(1)
-        total = sq if total is None else total + sq
-    return total.sqrt().cpu() if total is not None else torch.zeros(0, dtype=torch.float64)
+    """L2 norm of every message ``[E]`` over all of its tensors (float64; NaN/Inf propagate).
+
+    ``||r_e|| = sqrt(sum_t sum_k r_e[t, k]^2)``, the squares summed in float64 per tensor (in the
+    payload's tensor order), then over tensors. Rows are taken in chunks of at least two rows whose
+    float64 copies hold about :data:`NORM_CHUNK_BYTES`: each row's sum is computed by the same
+    reduction whatever rows share the call (a one-row call may split a long row across threads,
+    hence never a one-row chunk of a longer payload), so the norms are the bits of one call over
+    all rows without its ``E x |W|`` float64 temporaries (2 x 475 MB at 3,680 centers: issue 33).
+    """
+    tensors = [t.detach() for t in payload.values()]
+    if not tensors:
+        return torch.zeros(0, dtype=torch.float64)
+    rows = tensors[0].shape[0]
+    width = sum(t[0].numel() for t in tensors) if rows else 0
+    step = max(2, NORM_CHUNK_BYTES // max(1, 8 * width))
+    parts = []
+    lo = 0
+    while lo < rows:
+        hi = rows if rows - lo - step < 2 else lo + step  # never leave a one-row tail
+        total = None
+        for t in tensors:
+            sq = t[lo:hi].to(torch.float64).reshape(hi - lo, -1).pow(2).sum(1)
+            total = sq if total is None else total + sq
+        parts.append(total)
+        lo = hi
+    if not parts:  # no rows
+        return torch.zeros(0, dtype=torch.float64)
+    total = parts[0] if len(parts) == 1 else torch.cat(parts)
+    return total.sqrt().cpu()
 
 
 class Wire:
@@ -163,16 +190,19 @@ class Wire:
         return self.hook.decode(encoded, payload)
 
     def norms_and_reference(
-        self, received: dict[str, Tensor], own: dict[str, Tensor] | None
+        self, received: dict[str, Tensor], own: dict[str, Tensor] | Tensor | None
     ) -> tuple[Tensor, Tensor]:
         """Norms ``||r_e||`` of the received messages and the references ``ref_e`` (float64 ``[E]``).
 
         ``ref_e = ||own_e||`` (the receiver's own shared parameters, leading dimension ``E`` or 1,
-        same names) when ``own`` is given, else ``median_k ||r_k||`` over the finite norms of the
-        received messages (the lower median; 0 when none is finite).
+        same names; or those norms already computed, a float64 tensor ``[E]`` or ``[1]``) when
+        ``own`` is given, else ``median_k ||r_k||`` over the finite norms of the received messages
+        (the lower median; 0 when none is finite).
         """
         norms = message_norms(received)
-        if own is not None:
+        if isinstance(own, Tensor):
+            ref = own.detach().to(torch.float64).cpu()
+        elif own is not None:
             ref = message_norms(own)
         else:
             finite = norms[torch.isfinite(norms)]
@@ -180,7 +210,7 @@ class Wire:
         norms, ref = torch.broadcast_tensors(norms, ref)
         return norms, ref
 
-    def norm_ratios(self, received: dict[str, Tensor], own: dict[str, Tensor] | None) -> Tensor:
+    def norm_ratios(self, received: dict[str, Tensor], own: dict[str, Tensor] | Tensor | None) -> Tensor:
         """``||r_e|| / ref_e`` of every received message (float64 ``[E]``; see :meth:`accept`)."""
         norms, ref = self.norms_and_reference(received, own)
         return norms / ref
@@ -188,7 +218,7 @@ class Wire:
     def accept(
         self,
         received: dict[str, Tensor],
-        own: dict[str, Tensor] | None,
+        own: dict[str, Tensor] | Tensor | None,
         round_idx: int,
         src: Tensor | None = None,
         dst: Tensor | None = None,

@@ -670,10 +670,10 @@ class PackedEngine(Engine):
     def get_params(self) -> dict[str, Tensor]:
         """Every model's parameters in model order, one contiguous ``[C, *shape]`` tensor per name.
 
-        Each name is gathered from its own columns of the flat buffer: views of one ``[C, D]`` copy
-        would be strided (row stride ``D``), and every consumer that reshapes or gathers rows
-        (messages, norms, mixing) would copy them again; at 3,680 centers that doubled FedAvg's and
-        ABPS's aggregation time (issue 33).
+        Each name is gathered from its own columns of the flat buffer (one copy, as before): views
+        of one ``[C, D]`` copy would be strided (row stride ``D``), so every consumer that reshapes
+        them (norms, flattened messages) would copy them again, and all of them would keep the
+        whole copy alive while any one is held.
         """
         inverse = self.inverse.to(self.device)
         return {

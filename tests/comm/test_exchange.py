@@ -95,3 +95,41 @@ def test_a_chunked_peer_exchange_is_the_single_call() -> None:
     assert all(torch.equal(one.received[n], chunked.received[n]) for n in shared)
     ta, tb = wires[0].ledger.table(), wires[1].ledger.table()
     assert all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+def test_peer_exchange_decides_as_the_receivers_own_rows_do() -> None:
+    """The receivers' own norms are computed once per center (issue 33): on 20 centers, 60 edges
+    and a strict test, the accepted mask is the ratio test of every message against its receiver's
+    own row, ``||r_e|| <= 1.3 ||theta_dst_e||``, written out with the rows gathered per edge."""
+    g = torch.Generator().manual_seed(1)
+    shared = {
+        "w": torch.randn(20, 2, 3, generator=g) * torch.linspace(0.5, 3.0, 20)[:, None, None],
+        "b": torch.randn(20, 1, generator=g),
+    }
+    src = torch.randint(0, 20, (60,), generator=g)
+    dst = (src + torch.randint(1, 20, (60,), generator=g)) % 20
+    got = peer_exchange(Wire(max_norm_ratio=1.3), shared, src, dst, 0)
+
+    def norms(tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        return sum(t.double().reshape(len(t), -1).pow(2).sum(1) for t in tensors.values()).sqrt()
+
+    expected = norms(rows(shared, src)) <= 1.3 * norms(rows(shared, dst))
+    assert 0 < int((~expected).sum()) < 60
+    assert torch.equal(got.accepted, expected)
+
+
+def test_message_norms_in_chunks_are_the_bits_of_one_call(monkeypatch) -> None:
+    """Norms taken a few rows at a time (never one row alone) equal the one-call float64 formula
+    bit for bit, for float32 and float64 payloads and row counts around the chunk size."""
+    import lightning_fed.comm.wire as wire_module
+
+    monkeypatch.setattr(wire_module, "NORM_CHUNK_BYTES", 3 * 8 * 13)  # 3 rows of 13 numbers
+    g = torch.Generator().manual_seed(2)
+    for dtype in (torch.float32, torch.float64):
+        for n in (1, 2, 3, 4, 5, 7, 10):
+            payload = {
+                "w": torch.randn(n, 3, 4, generator=g).to(dtype),
+                "b": torch.randn(n, 1, generator=g).to(dtype),
+            }
+            one = sum(t.double().reshape(n, -1).pow(2).sum(1) for t in payload.values()).sqrt()
+            assert torch.equal(wire_module.message_norms(payload), one), (dtype, n)

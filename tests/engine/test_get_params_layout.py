@@ -1,9 +1,9 @@
 """``PackedEngine.get_params`` hands out one contiguous tensor per parameter (issue 33).
 
-Strided views into the flat ``[C, D]`` buffer made every consumer (messages, norms, mixing) copy
-them again; at 3,680 centers that doubled the aggregation. The values are the same as the
-sequential engine's (the packed == sequential tests), so this checks the layout and that the
-tensors own their memory (a caller may modify them without touching the engine).
+Strided views into one ``[C, D]`` copy of the flat buffer were copied again by every consumer that
+reshapes them (norms, flattened messages). The values are the same as the sequential engine's (the
+packed == sequential tests), so this checks the layout and that the tensors own their memory (a
+caller may modify them without touching the engine).
 """
 
 from __future__ import annotations
