@@ -70,8 +70,8 @@ Scale (issue 17). Nothing of a round is built for all ``C^2`` pairs or all ``E``
 beyond the accepted messages themselves: the selector keeps its posterior for the observed pairs
 only and matches a block of proposers at a time (:mod:`~lightning_fed.selection.abps.matching`);
 the peer exchange runs :func:`~lightning_fed.comm.exchange.peer_exchange` on chunks of at most
-:data:`CHUNK_BYTES` of messages (the receivers' reference rows and the norm test's float64 copies
-exist for one chunk at a time); the mix runs :func:`~lightning_fed.aggregation.mixing.mix_received`
+:data:`CHUNK_BYTES` of messages (the norm test's float64 copies exist for a few rows at a time, and
+each receiver's own norm is computed once per center); the mix runs :func:`~lightning_fed.aggregation.mixing.mix_received`
 on groups of receivers with at most a chunk of incoming messages; the Shapley credit builds and
 evaluates its coalition models in chunks (:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`).
 Each split computes every value by the operations of the one big call, so a run is bit-identical to
