@@ -22,7 +22,12 @@
 The thread count changes no result of the built-in models on the measured machine (the packed
 engine's parameters after a round agree bit for bit at 1 and 2 threads), so ``trainer.threads`` is
 not fingerprinted (:data:`lightning_fed.runfolder.fingerprint.SAFE_TO_CHANGE`), as
-``OMP_NUM_THREADS`` never was.
+``OMP_NUM_THREADS`` never was. Data is another matter: the Fashion-MNIST colour transforms give a
+few pixels another last bit at 1 and at 2 threads (seed 2025, 5-SPC: one pixel of client 0's
+training and one of its test images), so data is always built at the thread count torch had when
+the process started (:func:`process_threads`; a fit applies its own count only after building). A
+run re-tested, resumed or referred to on a machine whose torch starts with another count can
+therefore meet its data fingerprint's one-line refusal: start it with the fit's ``OMP_NUM_THREADS``.
 
 Imports only the standard library at module level (torch inside :func:`apply_threads`).
 """
@@ -31,7 +36,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +50,7 @@ __all__ = [
     "available_cores",
     "check_threads",
     "choose_threads",
+    "process_threads",
 ]
 
 #: Environment variable a ``sweep`` sets in each run process: how many fits it runs at once.
@@ -148,10 +155,42 @@ def choose_threads(
     return ThreadChoice(threads, why)
 
 
+#: Torch's thread count before the first :func:`apply_threads` of this process changed it (None:
+#: never changed); :func:`process_threads` builds data at it.
+_PROCESS_THREADS: int | None = None
+
+
 def apply_threads(choice: ThreadChoice) -> ThreadChoice:
     """Set torch's intra-op threads to ``choice.threads`` (unless the environment chose them)."""
     if choice.set_by_us:
         import torch
 
+        global _PROCESS_THREADS
+        if _PROCESS_THREADS is None:
+            _PROCESS_THREADS = torch.get_num_threads()
         torch.set_num_threads(choice.threads)
     return choice
+
+
+@contextmanager
+def process_threads() -> Iterator[None]:
+    """Run the block at the thread count torch had before any fit of this process changed it.
+
+    Data sources are built at that count: a ``fit`` builds its data before :func:`apply_threads`
+    runs, and some builds depend on the thread count in their last bits (the Fashion-MNIST colour
+    transforms' elementwise ``pow`` rounds the elements at a thread's chunk boundary through another
+    code path), so a process that builds a second run after a fit set its threads (``refer``
+    loading its ``--baselines``, a notebook) would build other data than that run's fit did, and the
+    data fingerprint refuses it. Outside this process's first fit it is a no-op.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if _PROCESS_THREADS is None or before == _PROCESS_THREADS:
+        yield
+        return
+    torch.set_num_threads(_PROCESS_THREADS)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

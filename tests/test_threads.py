@@ -165,3 +165,47 @@ def test_step_flops_is_6_p_b_m_and_changes_nothing(two_cores: None) -> None:
     state = torch.random.get_rng_state()
     assert engine.step_flops() == pytest.approx(6 * 15_936 * 128 * m, rel=1e-12)
     assert engine.module.training and torch.equal(torch.random.get_rng_state(), state)
+
+
+class _BuiltError(Exception):
+    """Raised by :class:`_RecordingSource` once it has recorded the thread count of its build."""
+
+
+class _RecordingSource:
+    """A data source that records torch's thread count when built, then stops the build."""
+
+    def __init__(self) -> None:
+        self.threads: list[int] = []
+
+    def build(self, seed: int) -> None:
+        self.threads.append(torch.get_num_threads())
+        raise _BuiltError
+
+
+def test_a_run_built_after_a_fit_set_its_threads_builds_its_data_at_the_processs_count(
+    two_cores: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``refer`` builds its ``--baselines`` after the referral run's federation set torch to its
+    share (1 thread under a 2-process sweep); the baselines' fits built their data at torch's count
+    of the time (2 here), and Fashion-MNIST's colour transforms differ in the last bit between
+    the two, so the data fingerprint refused every baseline. A build in a process whose fit changed
+    the count runs at the count the process had before."""
+    import lightning_fed.threads as threads
+    from lightning_fed.commands.common import build_federation, instantiate
+    from lightning_fed.fit_parser import fit_parser
+
+    monkeypatch.setattr(threads, "_PROCESS_THREADS", None, raising=False)
+    torch.set_num_threads(2)  # torch's own count in this process
+    federation = make_federation([40, 30])
+    fit = Federation(federation, MortalityMLP(), FedAvg(), TrainerConfig(rounds=1, threads=1))
+    assert fit.threads.threads == 1 and torch.get_num_threads() == 1
+    parser = fit_parser()
+    cfg = parser.parse_args(["--config", str(ROOT / "configs" / "quickstart.yaml")])
+    cfg.pop("config", None)
+    init = instantiate(parser, cfg)
+    source = _RecordingSource()
+    init.data = source
+    with pytest.raises(_BuiltError):
+        build_federation(init, None)
+    assert source.threads == [2]
+    assert torch.get_num_threads() == 1  # the fit's count is back after the build

@@ -86,6 +86,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
     from lightning_fed.federation import Federation
     from lightning_fed.fit_parser import wire_from
     from lightning_fed.metrics.torchmetrics_per_center import resolve_metrics
+    from lightning_fed.threads import process_threads
 
     try:
         if getattr(init.trainer, "dp", None) is not None:  # the accountant is there, before the data
@@ -96,7 +97,8 @@ def build_federation(init: Any, fabric: Any) -> Any:
         wire = wire_from(init)
         if wire.faults is not None:  # a plan that never acts fails before the data (also in Federation)
             wire.faults.check_rounds(init.trainer.rounds)
-        data = init.data.build(init.seed)
+        with process_threads():  # the thread count the run's fit built its data at
+            data = init.data.build(init.seed)
         mark("data")
         settings = getattr(init, "evaluation", None)  # evaluation.holdout_centers (lightning_fed.holdout)
         data, held_out = (data, None) if settings is None else settings.split(data, init.seed)
