@@ -71,9 +71,10 @@ beyond the accepted messages themselves: the selector keeps its posterior for th
 only and matches a block of proposers at a time (:mod:`~lightning_fed.selection.abps.matching`);
 the peer exchange runs :func:`~lightning_fed.comm.exchange.peer_exchange` on chunks of at most
 :data:`CHUNK_BYTES` of messages (the norm test's float64 copies exist for a few rows at a time, and
-each receiver's own norm is computed once per center); the mix runs :func:`~lightning_fed.aggregation.mixing.mix_received`
-on groups of receivers with at most a chunk of incoming messages; the Shapley credit builds and
-evaluates its coalition models in chunks (:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`).
+each receiver's own norm is computed once per center); the mix runs
+:func:`~lightning_fed.aggregation.mixing.mix_received` on groups of receivers with at most a chunk
+of incoming messages; the Shapley credit builds and evaluates its coalition models in chunks
+(:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`).
 Each split computes every value by the operations of the one big call, so a run is bit-identical to
 the former all-at-once implementation (compared in ``tests/algorithms/test_abps.py`` and the tests
 of :mod:`lightning_fed.selection`). Checkpoints: the posterior (and :class:`~lightning_fed.selection.
