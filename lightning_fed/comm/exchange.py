@@ -134,10 +134,10 @@ def peer_exchange(
     """
     src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
     chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
-    # Each receiver's own norm, once per center rather than once per edge (a row's norm does not
-    # depend on the rows computed with it: message_norms).
     if not len(src):
         return exchange(wire, rows(shared, src), src, dst, round_idx)
+    # Each receiver's own norm, once per center rather than once per edge (a row's norm does not
+    # depend on the rows computed with it: message_norms).
     own = message_norms(shared)
     if len(src) <= chunk:
         return exchange(wire, rows(shared, src), src, dst, round_idx, own=own.index_select(0, dst))

@@ -51,25 +51,17 @@ def message_norms(payload: dict[str, Tensor]) -> Tensor:
     all rows without its ``E x |W|`` float64 temporaries (2 x 475 MB at 3,680 centers: issue 33).
     """
     tensors = [t.detach() for t in payload.values()]
-    if not tensors:
+    rows = tensors[0].shape[0] if tensors else 0
+    if not rows:
         return torch.zeros(0, dtype=torch.float64)
-    rows = tensors[0].shape[0]
-    width = sum(t[0].numel() for t in tensors) if rows else 0
-    step = max(2, NORM_CHUNK_BYTES // max(1, 8 * width))
+    step = max(2, NORM_CHUNK_BYTES // max(1, 8 * sum(t[0].numel() for t in tensors)))
     parts = []
     lo = 0
     while lo < rows:
         hi = rows if rows - lo - step < 2 else lo + step  # never leave a one-row tail
-        total = None
-        for t in tensors:
-            sq = t[lo:hi].to(torch.float64).reshape(hi - lo, -1).pow(2).sum(1)
-            total = sq if total is None else total + sq
-        parts.append(total)
+        parts.append(sum(t[lo:hi].to(torch.float64).reshape(hi - lo, -1).pow(2).sum(1) for t in tensors))
         lo = hi
-    if not parts:  # no rows
-        return torch.zeros(0, dtype=torch.float64)
-    total = parts[0] if len(parts) == 1 else torch.cat(parts)
-    return total.sqrt().cpu()
+    return torch.cat(parts).sqrt().cpu()
 
 
 class Wire:
