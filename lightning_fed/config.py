@@ -165,8 +165,8 @@ class OutputConfig:
         root: Folder holding run directories.
         name: Run directory name (default: ``<label>-seed<seed>-<unique id>``, the id being the W&B
             run id under a W&B agent (``WANDB_RUN_ID``), the SLURM job id under SLURM, else the start
-            time and four random hex digits, so two runs started in the same second never share a
-            folder).
+            time and eight random hex digits, so two runs started in the same second share a folder
+            with odds of 1 in 2**32; a shared folder is refused by its lock, never written twice).
         label: The method label ``report`` groups runs by, recorded in ``summary.json`` (default: the
             stems of the ``--config`` files joined by ``+``, e.g. ``abps_x``; without a config file
             the algorithm's class name, lower-cased). Runs of one label differ only by seed.

@@ -45,7 +45,7 @@ def run_folder_path(output: Any, label: str, seed: int) -> Path:
     """The run folder's path (created only once the whole config has been validated).
 
     The default name is ``<label>-seed<seed>-<id>``: the id is the W&B run id under a W&B sweep
-    agent, the job id under SLURM, else the start time plus four random hex digits (two agents
+    agent, the job id under SLURM, else the start time plus eight random hex digits (two agents
     started in the same second get two folders). Every process of a multi-process run must agree
     on it: rank 0 exports the name in ``LIGHTNING_FED_RUN_NAME``, which the processes Fabric
     launches inherit and use (only a process with a non-zero ``LOCAL_RANK`` / ``RANK`` reads it);
@@ -62,7 +62,7 @@ def run_folder_path(output: Any, label: str, seed: int) -> Path:
     elif "SLURM_JOB_ID" in os.environ:
         stamp = f"job{os.environ['SLURM_JOB_ID']}"
     else:
-        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
     inherited = os.environ.get("LIGHTNING_FED_RUN_NAME") if launched() else None
     name = output.name or inherited or f"{label}-seed{seed}-{stamp}"
     os.environ["LIGHTNING_FED_RUN_NAME"] = name
