@@ -18,7 +18,9 @@ Reduced grid: the issue asks 230 centers and 3 seeds; on a shared 2-core machine
 centers, 1 seed, 20 rounds; pass ``--centers 230 --seeds 0 1 2 --rounds 50`` for the full one.
 
 Run: ``python benchmarks/attack_grid.py [--configs ...] [--centers 60] [--stays 18500] [--rounds 20]
-[--seeds 0] [--from-round 5] [--defences none ratio bound median trimmed krum clipping] [--attacks ...]``.
+[--seeds 0] [--from-round 5] [--defences none ratio bound median trimmed krum clipping] [--attacks ...]
+[--attackers "1% largest" ...]``. A last table gives each defence's cost without attackers: its clean
+run's AUROC against the first defence's, paired by center.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def main() -> None:
     parser.add_argument("--from-round", type=int, default=5)
     parser.add_argument("--defences", nargs="+", default=list(DEFENCES), choices=list(DEFENCES))
     parser.add_argument("--attacks", nargs="+", default=list(ATTACKS))
-    parser.add_argument("--attackers", nargs="+", default=["1% largest", "10% largest", "10% random"])
+    parser.add_argument("--attackers", nargs="+", default=list(ATTACKERS), choices=list(ATTACKERS))
     args = parser.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -144,10 +146,11 @@ def main() -> None:
     ]
     print("| " + " | ".join([*columns, "norm / clean", "s"]) + " |")
     print("|" + "|".join("---" for _ in range(8)) + "|", flush=True)
+    cleans: dict[tuple[str, str], dict[int, tuple]] = {}
     for config in args.configs:
         method = Path(config).stem
         for defence in args.defences:
-            clean = {s: run(config, args, s, None, defence) for s in args.seeds}
+            clean = cleans[method, defence] = {s: run(config, args, s, None, defence) for s in args.seeds}
             for who in args.attackers:
                 fraction, pick = ATTACKERS[who]
                 for attack in args.attacks:
@@ -172,7 +175,26 @@ def main() -> None:
                         f"{honest} / {rej} | {sum(ratio) / len(ratio):.2f} | {seconds:.0f} |",
                         flush=True,
                     )
+    print_clean_costs(cleans, args.defences)
     print(f"{time.perf_counter() - start:.0f} s in all; load average {os.getloadavg()}")
+
+
+def print_clean_costs(cleans: dict[tuple[str, str], dict[int, tuple]], defences: list[str]) -> None:
+    """What each defence costs with no attacker: the clean run's mean test AUROC, and its difference
+    to the first defence's clean run (``none`` by default), paired by center and seed."""
+    base = defences[0]
+    print(f"\n| method | defence | clean test AUROC | minus {base} [95% CI] | rejected (honest) |")
+    print("|---|---|---|---|---|")
+    for (method, defence), clean in cleans.items():
+        auroc = torch.cat([clean[s][0] for s in sorted(clean)])
+        ref = torch.cat([cleans[method, base][s][0] for s in sorted(clean)])
+        mean, lo, hi = interval(auroc - ref)
+        rejected = sum(clean[s][1] for s in clean)
+        print(
+            f"| {method} | {defence} | {float(auroc[torch.isfinite(auroc)].mean()):.4f} | "
+            f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}] | {rejected} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

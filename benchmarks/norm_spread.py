@@ -21,7 +21,9 @@ With ``--update`` the run also carries a :class:`~lightning_fed.comm.norm_bound.
 rejects nothing (``T`` and ``L`` out of reach) and records, for every message it covers, the two
 ratios its defaults are set from: ``upd`` = ``||m_e - a_e|| / ref_t`` (the update over the
 windowed median; an honest maximum below ``T = max_update_ratio`` means no honest rejection) and
-``low`` = ``||m_e|| / ||a_e||`` (an honest minimum above ``L = min_norm_ratio``), per channel
+``low`` = ``||m_e|| / ||a_e||`` (an honest minimum above ``L = min_norm_ratio``, an honest maximum
+below ``H = max_norm_ratio``) and ``proj`` = ``<m_e, a_e> / ||a_e||^2`` (an honest minimum above
+``P = min_projection_ratio``), per channel
 (``server``: uploads, ``centers``: what centers receive). A ``{scale: X}`` attacker's update is about
 ``|X - 1| ||a_e||``, so it is caught when ``|X - 1| ||a_e|| > T ref_t``; the ``a/ref`` column
 prints the smallest ``||a_e|| / ref_t`` (the smallest ``|X - 1|`` caught is ``T`` over it).
@@ -43,6 +45,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.comm import NormBound, Wire
+from lightning_fed.comm.norm_bound import projection
 
 CONFIGS = (
     "configs/fedavg.yaml",
@@ -108,7 +111,9 @@ class RecordingBound(NormBound):
     ratio ``||u_e|| / ref_t``, the norm ratio ``||m_e|| / ||a_e||`` and ``||a_e|| / ref_t``."""
 
     def __init__(self) -> None:
-        super().__init__(max_update_ratio=1e300, min_norm_ratio=0.0, max_norm_ratio=math.inf)
+        super().__init__(
+            max_update_ratio=1e300, min_norm_ratio=0.0, max_norm_ratio=math.inf, min_projection_ratio=None
+        )
         self.records: dict[str, list[Tensor]] = defaultdict(list)
 
     def verdict(
@@ -119,6 +124,9 @@ class RecordingBound(NormBound):
         rounds = torch.full_like(update_norms, round_idx)
         self.records[f"upd-{channel}"].append(torch.stack([update_norms / ref, rounds]))
         self.records[f"low-{channel}"].append(torch.stack([message_norms / anchor_norms, rounds]))
+        self.records[f"proj-{channel}"].append(
+            torch.stack([projection(message_norms, update_norms, anchor_norms), rounds])
+        )
         self.records[f"a/ref-{channel}"].append(torch.stack([anchor_norms / ref, rounds]))
         return out
 

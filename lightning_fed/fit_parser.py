@@ -257,13 +257,13 @@ def fit_parser() -> Any:
         help="reject a received message whose norm exceeds this times its reference (the receiver's own "
         "norm; the server: the median upload norm); honest ratios of the shipped configs stay within 0.6-1.7",
     )
-    parser.add_subclass_arguments(
-        NormBound,
-        "wire.norm_bound",
-        default=None,
-        required=False,
+    parser.add_argument(
+        "--wire.norm_bound",
+        type=NormBound | None,
+        default=lazy_instance(NormBound),
         help="bound each message's update (message minus the round-start model) by a windowed median of "
-        "the round's update norms: lightning_fed.comm.NormBound (default: null, the ratio test only)",
+        "the round's update norms, and its component along that model: lightning_fed.comm.NormBound "
+        "(the default; null: the ratio test only, as before issue 32)",
     )
     # Deprecated aliases (one release): folded into wire.* by FitParser.parse_args.
     parser.add_subclass_arguments(

@@ -85,6 +85,7 @@ ADDED_LATER: dict[str, Any] = {
     "algorithm.init_args.selector.init_args.acceptance.init_args.model_posterior": False,  # (issue 30)
     "trainer.centers_per_round": None,  # None: every reachable center every round (issue 34)
     "wire.norm_bound": None,  # None: the ratio test only (issue 32)
+    "wire.norm_bound.init_args.min_projection_ratio": None,  # None: no projection test (issue 32)
     "algorithm.init_args.schedule": "data",  # FedSPD: every cluster with rows travels (issue 31)
     "algorithm.init_args.weighting": "counts",  # FedSPD: count-weighted cluster averages (issue 31)
     "algorithm.init_args.init": "perturb",  # FedSPD: first assignment by loss (issue 31)

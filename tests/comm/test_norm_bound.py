@@ -137,12 +137,35 @@ def test_clip_shortens_the_update_to_the_bound() -> None:
 
 
 def test_norm_band_by_hand() -> None:
-    """Anchors (2, 0), band [0.5, 2] x ||a|| = [1, 4], update test out of reach (T large): messages
-    of norm 0, 0.9, 1, 4, 4.1 and a sign flip (-2, 0) of norm 2 -> the first two and the fifth fail
-    the band; the sign flip passes it (its update, norm 4, is for the update test)."""
+    """Anchors (2, 0), band [0.5, 2] x ||a|| = [1, 4], projection ``<m, a> / ||a||^2 >= 0.2``,
+    update test out of reach (T large). Messages (0, 0), (0.9, 0), (1, 0), (4, 0), (4.1, 0), the
+    sign flip (-2, 0) and (0, 2), both of the anchor's norm: norms 0, 0.9, 1, 4, 4.1, 2, 2 and
+    projections 0, 0.45, 0.5, 2, 2.05, -1, 0 -> (1, 0) and (4, 0) pass; the first two are short,
+    the fifth long, the last two point away from the anchor."""
     wire = Wire(norm_bound=NormBound(max_update_ratio=1e9))
-    got = _send(wire, [[0, 0], [0.9, 0], [1, 0], [4, 0], [4.1, 0], [-2, 0]], [[2.0, 0.0]] * 6, 0)
-    assert got.accepted.tolist() == [False, False, True, True, False, True]
+    got = _send(wire, [[0, 0], [0.9, 0], [1, 0], [4, 0], [4.1, 0], [-2, 0], [0, 2]], [[2.0, 0.0]] * 7, 0)
+    assert got.accepted.tolist() == [False, False, True, True, False, False, False]
+
+
+def test_projection_test_off_accepts_the_sign_flip() -> None:
+    """``min_projection_ratio=None`` is the bound of before: the sign flip (-2, 0) against the
+    anchor (2, 0) lies in the norm band and passes (its update, norm 4, is for the update test)."""
+    wire = Wire(norm_bound=NormBound(max_update_ratio=1e9, min_projection_ratio=None))
+    assert _send(wire, [[-2, 0], [0, 2]], [[2.0, 0.0]] * 2, 0).accepted.tolist() == [True, True]
+
+
+def test_a_sign_flip_inside_the_update_bound_is_rejected() -> None:
+    """The hole measured on ABPS (60 centers, the 10 % largest sending -1x from round 5): a peer's
+    model is ~7 median honest updates long, so a sign flip's update (~2 ||a||, 14.6 ref) stays
+    under T = 20 and its norm inside the band; 18 of 18 passed and the pooled AUROC fell 0.16.
+
+    By hand, defaults (T = 20, L = 0.5, H = 2): anchors (1, 0); five honest messages (1, 0.1)
+    (update norm 0.1, so ``s_0`` = ``ref_0`` = 0.1 and the bound is 2); the sign flip (-0.95, 0)
+    (norm 0.95 inside [0.5, 2], update norm 1.95 < 2) and noise at the honest norm (0, 1) (update
+    sqrt 2 < 2): projections on the anchor -0.95 and 0 < P = 0.2 -> both rejected, the five pass."""
+    honest = [[1.0, 0.1]] * 5
+    got = _send(Wire(norm_bound=NormBound()), [*honest, [-0.95, 0.0], [0.0, 1.0]], [[1.0, 0.0]] * 7, 0)
+    assert got.accepted.tolist() == [True] * 5 + [False, False]
 
 
 def test_payloads_the_bound_does_not_cover_keep_the_ratio_test() -> None:
@@ -186,6 +209,9 @@ def test_resume_continues_the_window() -> None:
         ({"window": 0}, "window must be an integer >= 1"),
         ({"growth": 0.5}, "growth must be a finite number >= 1"),
         ({"max_norm_ratio": 1.0}, "max_norm_ratio must be a number > 1"),
+        ({"min_projection_ratio": 1.0}, "min_projection_ratio must be a finite number < 1"),
+        ({"min_projection_ratio": math.nan}, "min_projection_ratio must be a finite number < 1"),
+        ({"min_projection_ratio": -math.inf}, "min_projection_ratio must be a finite number < 1"),
         ({"mode": "drop"}, "mode must be one of ['reject', 'clip']"),
     ],
 )
@@ -196,25 +222,84 @@ def test_bad_arguments_are_one_line_errors(kwargs: dict, message: str) -> None:
 
 
 def test_config_key_and_fingerprint() -> None:
-    """``--wire.norm_bound`` builds the bound into the wire; left at null it keeps a config's
-    fingerprint (ADDED_LATER), set it changes it."""
+    """``fit`` builds the bound into the wire by default; ``--wire.norm_bound=null`` (the ratio test
+    only, as before issue 32) keeps the fingerprint of a config written before the key existed, and
+    the projection test off (null) (as before the sign-flip finding) that of a bound without it."""
     from lightning_fed.cli import fit_parser
     from lightning_fed.fit_parser import wire_from
     from lightning_fed.runfolder.fingerprint import config_fingerprint
 
     parser = fit_parser()
-    plain = parser.parse_args(["--trainer.rounds=1"])
-    bound = parser.parse_args(
-        [
-            "--trainer.rounds=1",
-            "--wire.norm_bound=lightning_fed.comm.NormBound",
-            "--wire.norm_bound.mode=clip",
-        ]
-    )
-    wire = wire_from(parser.instantiate_classes(bound))
-    assert isinstance(wire.norm_bound, NormBound) and wire.norm_bound.mode == "clip"
-    assert wire_from(parser.instantiate_classes(plain)).norm_bound is None
-    without = {k: v for k, v in plain.as_dict().items() if k != "wire"}
-    without["wire"] = {k: v for k, v in plain.as_dict()["wire"].items() if k != "norm_bound"}
-    assert config_fingerprint(plain.as_dict()) == config_fingerprint(without)
-    assert config_fingerprint(bound.as_dict()) != config_fingerprint(plain.as_dict())
+    default = parser.parse_args(["--trainer.rounds=1"])
+    ratio = parser.parse_args(["--trainer.rounds=1", "--wire.norm_bound=null"])
+    clip = parser.parse_args(["--trainer.rounds=1", "--wire.norm_bound.mode=clip"])
+    before = parser.parse_args(["--trainer.rounds=1", "--wire.norm_bound.min_projection_ratio=null"])
+    wire = wire_from(parser.instantiate_classes(default))
+    assert isinstance(wire.norm_bound, NormBound) and wire.norm_bound.min_projection_ratio == 0.2
+    assert wire_from(parser.instantiate_classes(clip)).norm_bound.mode == "clip"
+    assert wire_from(parser.instantiate_classes(ratio)).norm_bound is None
+
+    def without(cfg: object, key: str) -> dict:
+        flat = cfg.as_dict()
+        wire = dict(flat["wire"])
+        if key == "norm_bound":
+            del wire["norm_bound"]
+        else:
+            wire["norm_bound"] = {**wire["norm_bound"], "init_args": dict(wire["norm_bound"]["init_args"])}
+            del wire["norm_bound"]["init_args"][key]
+        return {**flat, "wire": wire}
+
+    assert config_fingerprint(ratio.as_dict()) == config_fingerprint(without(ratio, "norm_bound"))
+    assert config_fingerprint(before.as_dict()) == config_fingerprint(without(before, "min_projection_ratio"))
+    assert len({config_fingerprint(c.as_dict()) for c in (default, ratio, clip, before)}) == 4
+
+
+class _RecordingWire(Wire):
+    """A wire that keeps, per bound-checked call, the round, the senders and the verdicts."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+    def accept(
+        self,
+        received: dict[str, torch.Tensor],
+        own: dict[str, torch.Tensor] | torch.Tensor | None,
+        round_idx: int,
+        src: torch.Tensor | None = None,
+        dst: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        ok = super().accept(received, own, round_idx, src=src, dst=dst)
+        if src is not None:
+            self.calls.append((round_idx, torch.as_tensor(src).reshape(-1).clone(), ok.clone()))
+        return ok
+
+
+@pytest.mark.parametrize("kind", [{"scale": -1.0}, "gaussian"], ids=["sign_flip", "gaussian"])
+def test_abps_peers_reject_every_norm_preserving_attack_and_no_honest_message(kind: object) -> None:
+    """ABPS, 60 centers, the 10 % largest sending a sign flip or noise at the honest norm from
+    round 2 for 6 rounds: every attacker message is rejected and no honest one. Before the
+    projection test, 61 of the 106 sign flips passed (their updates are
+    within ``T ref_t`` between peers) and the receivers they had moved then rejected 390 honest
+    messages."""
+    from lightning_fed.algorithms import ABPS
+
+    faults = FaultInjection(attacks=[{"kind": kind, "centers": 0.1, "pick": "largest", "from_round": 2}])
+    wire = _RecordingWire(faults=faults, norm_bound=NormBound())
+    Federation(
+        make_federation(SIZES),
+        MortalityMLP(hidden=(8, 4), lr=0.01),
+        ABPS(),
+        TrainerConfig(rounds=8, batch_size=32),
+        Fabric(accelerator="cpu", devices=1),
+        wire=wire,
+    ).fit()
+    attackers = torch.tensor(faults.attackers[0])
+    attacked = honest_rejected = accepted_attacks = 0
+    for round_idx, src, ok in wire.calls:
+        bad = torch.isin(src, attackers) & (round_idx >= 2)
+        attacked += int(bad.sum())
+        accepted_attacks += int((ok & bad).sum())
+        honest_rejected += int((~ok & ~bad).sum())
+    assert attacked > 50
+    assert (accepted_attacks, honest_rejected) == (0, 0)
