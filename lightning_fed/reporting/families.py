@@ -84,16 +84,23 @@ LABEL_FAMILIES: dict[str, str] = {
 UPPER_BOUND_ALGORITHMS = frozenset({"centralized"})
 
 
-def table_method(router_key: str, rule: str) -> str | None:
-    """The EdgeDRM tables' method name of a referral-table row (router key, prediction rule), or None
-    for a row the tables do not show (e.g. EdgeDRM's other prediction rules). A ``--baselines`` row
-    (key ``"<Algorithm> (<folder>)"``, hard terminal) reads as its algorithm, ``LocalOnly`` as ``Local``."""
-    if (router_key, rule) in ROUTER_METHODS:
-        return ROUTER_METHODS[(router_key, rule)]
+def baseline_method(router_key: str, rule: str) -> str | None:
+    """The method of a ``refer --baselines`` row (key ``"<Algorithm> (<folder>)"``, hard terminal),
+    ``LocalOnly`` read as ``Local``; None for any other row. The folder differs per seed, the method
+    does not: tables that pool seeds group such rows by it."""
     if " (" in router_key and rule == "hard terminal" and not router_key.startswith(_OWN_PREFIXES):
         name = router_key.split(" (", 1)[0]
         return "Local" if name == "LocalOnly" else name
     return None
+
+
+def table_method(router_key: str, rule: str) -> str | None:
+    """The EdgeDRM tables' method name of a referral-table row (router key, prediction rule), or None
+    for a row the tables do not show (e.g. EdgeDRM's other prediction rules). A ``--baselines`` row
+    reads as its algorithm (:func:`baseline_method`)."""
+    if (router_key, rule) in ROUTER_METHODS:
+        return ROUTER_METHODS[(router_key, rule)]
+    return baseline_method(router_key, rule)
 
 
 def run_family(record: RunRecord) -> str:

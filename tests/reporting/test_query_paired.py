@@ -54,6 +54,7 @@ def _run(root: Path, seed: int) -> None:
             _frame("EdgeDRM", rules[2:], OURS[seed]),
             _frame("EdgeDRM-NR", rules, NR[seed]),
             _frame("DFedAvgM (stage I)", rules[:1], STAGE1[seed]),
+            _frame(f"LocalOnly (local-seed{seed})", rules[:1], NR[seed]),
         ]
     ).write_parquet(run / "referral_queries.parquet")
 
@@ -87,3 +88,14 @@ def test_query_paired_table_is_a_report_spec(root: Path) -> None:
     assert HEADLINE == REFER_HEADLINE  # the report reads the row refer marks
     assert query_paired.SPEC.gate == "edgedrm"
     assert query_paired.SPEC.text(read_runs(root)).startswith("| graph |")
+
+
+def test_baseline_rows_of_each_seed_pool_under_their_method(root: Path) -> None:
+    """``refer --baselines`` keys name their run folder (``LocalOnly (local-seed0)``, ``... seed1``):
+    the table pairs them under one row ``Local`` over both seeds, as the other routers. By hand,
+    hard terminal against EdgeDRM's weighted history: seed 0 d = 0,1,1,0 and seed 1 d = 1,1,0,0
+    (x100) -> +50.00 over 8 queries, Local's accuracy (25 + 0) / 2 = 12.50."""
+    text = query_paired_markdown(query_paired_rows(read_runs(root)))
+    lines = [x for x in text.splitlines() if "Local" in x]
+    assert len(lines) == 1
+    assert "| Path | FashionMNIST SPC5 | 0.9 | Local | hard terminal | 2 | 8 | 62.50 | 12.50 | +50.00 [" in lines[0]

@@ -13,8 +13,9 @@ hierarchical bootstrap interval, seeds resampled then queries within each seed
 the seed-to-seed spread (partition, split, entries) in the interval as well as the query noise. The
 headline is EdgeDRM with the weighted-history rule (:data:`lightning_fed.referral.refer.HEADLINE`);
 each other router is taken with the same rule, or, where it has no row for it (the stage-I and
-baseline rows answer at the entry), with its first rule. Verdicts read the interval as everywhere
-in the report.
+baseline rows answer at the entry), with its first rule. A ``--baselines`` row, whose key names its
+run folder (one per seed), is paired under its method (``Local``, ``DisPFL``, ...), so its seeds pool
+into one row like every other router's. Verdicts read the interval as everywhere in the report.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import polars as pl
 
 from lightning_fed.render import interval, markdown_table, number
+from lightning_fed.reporting.families import baseline_method
 from lightning_fed.reporting.runs import RunSource, as_records
 from lightning_fed.reporting.settings import graph_order
 from lightning_fed.reporting.spec import TableSpec
@@ -44,7 +46,7 @@ def _pick(queries: pl.DataFrame, key: str) -> pl.DataFrame:
 
 def query_paired_rows(source: RunSource) -> pl.DataFrame:
     """One row per (run, router other than the headline): the cell's setting columns, ``seed``,
-    ``router``, ``rule``, ``queries``, both accuracies (%) and ``diffs`` (the per-query ``d_q`` x 100),
+    ``router`` (a ``--baselines`` row: its method), ``rule``, ``queries``, both accuracies (%) and ``diffs`` (the per-query ``d_q`` x 100),
     from every run with a ``referral_queries.parquet`` that holds the headline."""
     rows = []
     for record in as_records(source):
@@ -65,14 +67,15 @@ def query_paired_rows(source: RunSource) -> pl.DataFrame:
             if not theirs["query"].equals(ours["query"]):
                 continue  # another query set (never written by refer, but a hand-made file could)
             other = theirs["correct"].cast(pl.Float64)
+            rule = theirs["prediction_rule"][0]
             rows.append(
                 {
                     "run": record.name,
                     **setting,
                     "lam": record.lam,
                     "seed": record.seed,
-                    "router": key,
-                    "rule": theirs["prediction_rule"][0],
+                    "router": baseline_method(key, rule) or key,
+                    "rule": rule,
                     "queries": ours.height,
                     "headline_accuracy": 100.0 * float(mine.mean()),
                     "router_accuracy": 100.0 * float(other.mean()),
