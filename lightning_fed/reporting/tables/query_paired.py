@@ -46,8 +46,9 @@ def _pick(queries: pl.DataFrame, key: str) -> pl.DataFrame:
 
 def query_paired_rows(source: RunSource) -> pl.DataFrame:
     """One row per (run, router other than the headline): the cell's setting columns, ``seed``,
-    ``router`` (a ``--baselines`` row: its method), ``rule``, ``queries``, both accuracies (%) and ``diffs`` (the per-query ``d_q`` x 100),
-    from every run with a ``referral_queries.parquet`` that holds the headline."""
+    ``router`` (a ``--baselines`` row: its method), ``rule``, ``queries``, both accuracies (%) and
+    ``diffs`` (the per-query ``d_q`` x 100), from every run with a ``referral_queries.parquet`` that
+    holds the headline."""
     rows = []
     for record in as_records(source):
         queries = record.referral_queries
