@@ -132,6 +132,21 @@ class Wire:
         self.start: dict[str, Tensor] = {}
         self._factor: Tensor | None = None
 
+    def describe_defence(self) -> str:
+        """The receivers' checks in words (``fit`` prints ``defence: ...`` at start)."""
+        finite = self.max_norm_ratio < float("inf")
+        ratio = f"norm <= {self.max_norm_ratio:g}x its reference" if finite else "none"
+        if self.norm_bound is None:
+            return f"defence: ratio test ({ratio}; NaN/Inf rejected)"
+        b = self.norm_bound
+        projection = "" if b.min_projection_ratio is None else f", projection >= {b.min_projection_ratio:g}"
+        return (
+            f"defence: NormBound on shared parameters (update <= {b.max_update_ratio:g}x the median honest "
+            f"update, norm {b.min_norm_ratio:g}-{b.max_norm_ratio:g}x the round-start model{projection}; "
+            f"{b.mode}), ratio test on other payloads ({ratio}); "
+            "wire.norm_bound: null for the ratio test only"
+        )
+
     def start_round(self, round_idx: int, params: dict[str, Tensor]) -> None:
         """Record every center's parameters ``{name: [C, ...]}`` before ``round_idx``'s local training:
         the anchors of the update bound (kept only with a :attr:`norm_bound`; a detached copy)."""

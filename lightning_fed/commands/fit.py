@@ -190,6 +190,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     )
     say(f"lightning-fed: training path: {federation.engine.training_path}")
     say(f"lightning-fed: {federation.threads.describe()}")
+    say(f"lightning-fed: {federation.wire.describe_defence()}")
     summary = federation.fit()
     if federation.held_out is not None:  # evaluation.holdout_centers: the newcomers' evaluation
         summary.update(federation.held_out.report(federation, run_dir / "holdout.parquet"))

@@ -303,3 +303,14 @@ def test_abps_peers_reject_every_norm_preserving_attack_and_no_honest_message(ki
         honest_rejected += int((~ok & ~bad).sum())
     assert attacked > 50
     assert (accepted_attacks, honest_rejected) == (0, 0)
+
+
+def test_fit_says_which_defence_runs() -> None:
+    """The start line names the checks and how to change them."""
+    bound = Wire(norm_bound=NormBound()).describe_defence()
+    assert bound.startswith("defence: NormBound on shared parameters (update <= 20x")
+    assert "norm 0.5-2x the round-start model, projection >= 0.2; reject" in bound
+    assert "wire.norm_bound: null" in bound
+    off = Wire(norm_bound=NormBound(min_projection_ratio=None)).describe_defence()
+    assert "projection" not in off
+    assert Wire().describe_defence() == "defence: ratio test (norm <= 5x its reference; NaN/Inf rejected)"
