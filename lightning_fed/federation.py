@@ -71,7 +71,6 @@ collectives (0 in one process).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import sys
 import time
@@ -542,14 +541,17 @@ class Federation:
         return self.wire.available(r, self.data.num_centers)
 
     def _train(self, r: int) -> Tensor:
-        """The round's local training; with client sampling the centers not sampled are put back to
-        their state before it (they do not train) and their loss is NaN."""
+        """The round's local training; with client sampling only the sampled centers train (the
+        engine's :attr:`~lightning_fed.engine.base.Engine.participants`: the others are not computed,
+        their state stays as it was) and the others' loss is NaN."""
         sampled = self.participants(r)
         if sampled is None or bool(sampled.all()):
             return self.algorithm.train_round(self.engine, r)
-        before = copy.deepcopy(self.engine.state_dict())
-        losses = self.algorithm.train_round(self.engine, r)
-        self.engine.keep_rows(before, ~sampled)
+        self.engine.participants = sampled.cpu()
+        try:
+            losses = self.algorithm.train_round(self.engine, r)
+        finally:
+            self.engine.participants = None
         losses = losses.clone()
         losses[~sampled.to(losses.device)] = float("nan")
         diverged = getattr(self.engine, "last_diverged", None)

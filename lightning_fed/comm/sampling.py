@@ -12,10 +12,12 @@ is the same in both engines, in every process of a distributed run and after a r
   (McMahan et al. 2017's ``m = max(C k, 1)``; ``1.0`` is every reachable center, ``1`` one center).
 
 An unavailable center is never sampled, and a non-sampled center takes no part in the round: it
-does not train (the federation restores its parameters and optimizer state after local training,
-:meth:`Engine.train_round_of <lightning_fed.engine.base.Engine.train_round_of>`), and it sends and
-receives nothing, because every method asks :meth:`Wire.available
-<lightning_fed.comm.wire.Wire.available>`, which returns the sampled centers.
+does not train (the federation sets the engine's :attr:`participants
+<lightning_fed.engine.base.Engine.participants>` to the sampled centers, which train alone and to
+the same values as in a round of every center; the others' parameters, optimizer states and
+scheduler counts are not touched and their round is not computed), and it sends and receives
+nothing, because every method asks :meth:`Wire.available <lightning_fed.comm.wire.Wire.available>`,
+which returns the sampled centers.
 
 Aggregation weights (FedAvg and its star variants): the server averages the sampled uploads with
 ``n_k / sum_{j in S_t} n_j``, the ratio estimator of the federation's average

@@ -101,7 +101,12 @@ class ShardedEngine(Engine):
         The float64 losses travel bit-cast into the parameters' dtype (exact), so one collective
         per round carries everything.
         """
-        loss = self.inner.train_round(round_idx).to(torch.float64).contiguous()
+        lo, hi = self.shard
+        self.inner.participants = None if self.participants is None else self.participants[lo:hi]
+        try:
+            loss = self.inner.train_round(round_idx).to(torch.float64).contiguous()
+        finally:
+            self.inner.participants = None
         rows = loss.shape[0]
         flat = self._flatten(self.inner.get_params())
         diverged = getattr(self.inner, "last_diverged", None)

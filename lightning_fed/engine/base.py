@@ -104,6 +104,11 @@ class Engine(ABC):
     #: ``{name: [C]}``: each model's round mean of what its ``training_step`` logged in the last
     #: round (:mod:`lightning_fed.engine.training_step`); None when the module logs nothing.
     last_logged: dict[str, Tensor] | None = None
+    #: Bool ``[C]`` (model order): the models :meth:`train_round` trains (client sampling,
+    #: :mod:`lightning_fed.comm.sampling`; the federation sets it around a round's training). The
+    #: others are not computed at all: parameters, optimizer states and scheduler counts unchanged,
+    #: loss NaN, not diverged. None: every model.
+    participants: Tensor | None = None
 
     def setup(
         self,
@@ -241,7 +246,25 @@ class Engine(ABC):
         """Run the local epochs of round ``round_idx``; returns each model's mean batch loss ``[C]``.
 
         Starts by setting the round's learning rate and, with ``reset_optimizer_each_round``,
-        resetting the optimizer states (module docstring)."""
+        resetting the optimizer states (module docstring). Only the models of :attr:`participants`
+        train when it is set; each of them trains to the same values as in a round of every model
+        (its draws are keyed by its global center id), and the others' losses are NaN."""
+
+    def _participating(self) -> Tensor | None:
+        """Model indices (int64, model order) of :attr:`participants`; None when every model trains.
+
+        Raises:
+            ValueError: If ``participants`` is not a bool tensor of one entry per model.
+        """
+        rows = self.participants
+        if rows is None:
+            return None
+        if rows.dtype != torch.bool or tuple(rows.shape) != (self.num_models,):
+            raise ValueError(
+                f"Engine.participants must be a bool tensor [{self.num_models}] (one per model), "
+                f"got {rows.dtype} {tuple(rows.shape)}"
+            )
+        return None if bool(rows.all()) else rows.cpu().nonzero().flatten()
 
     def models_per_step(self) -> float:
         """How many models one optimizer step of this engine trains at once, on average (1: one
@@ -285,8 +308,10 @@ class Engine(ABC):
     def keep_rows(self, before: dict[str, Any], rows: Tensor) -> None:
         """Put the models ``rows`` (bool ``[num_models]``) back to ``before`` (a deep copy of an
         earlier :meth:`state_dict`): parameters, optimizer states and scheduler counts, as if they
-        had not trained since (client sampling: :mod:`lightning_fed.comm.sampling`). Every tensor
-        with one row per model and every per-model list of the state is merged row by row."""
+        had not trained since. Every tensor with one row per model and every per-model list of the
+        state is merged row by row. Training every model and then keeping the non-participants'
+        rows is the reference :attr:`participants` is tested against (and what client sampling did
+        before it, at the cost of training every center; ``benchmarks/sampling.py``)."""
         self.load_state_dict(_merge_rows(self.state_dict(), before, rows.cpu(), self.num_models))
 
     def set_phase(self, epochs: int | None = None, frozen: tuple[str, ...] = ()) -> None:

@@ -297,6 +297,8 @@ class PackedEngine(Engine):
         self._words_per_step: int | None = None
         #: ``(a, b)`` column spans of the parameters :meth:`set_phase` froze (empty: none).
         self._frozen_spans: list[tuple[int, int]] = []
+        #: The names :meth:`set_phase` froze (what an engine over the participants freezes too).
+        self._frozen_names: tuple[str, ...] = ()
         # A module's own training_step is its loss (engine/training_step.py): run through vmap, or
         # center by center where vmap cannot run it (learnt once here, outside any round's draws).
         self._step_module: StackedTrainingStep | None = None
@@ -312,7 +314,10 @@ class PackedEngine(Engine):
         #: ``training_step`` calls of the last round (vmapped group calls, or per-center calls of
         #: the loop); 0 for modules without their own ``training_step``.
         self.training_step_calls = 0
-        if self._step_module is not None:
+        if self._step_module is not None and self._probed is not None:  # an engine over participants
+            self.logged_names, self._unvmappable = self._probed
+            self._step_module.unvmappable = self._unvmappable
+        elif self._step_module is not None:
             self._probe_training_step(train)
         # The hand-derived gradients know only the MLP's BCE: any extra term takes autograd.
         self.fast_path = (
@@ -365,6 +370,7 @@ class PackedEngine(Engine):
         self.epochs = self._phase_epochs(epochs, frozen, list(self.spans))
         self._schedule()
         self._frozen_spans = [self.spans[n] for n in frozen]
+        self._frozen_names = tuple(frozen)
 
     def _describe_path(self) -> str:
         """The training path in words: fast hand gradients, vmap, or a per-center loop (and why)."""
@@ -466,7 +472,70 @@ class PackedEngine(Engine):
         rows = slice(lo, lo + int(self.sizes[p]))
         self.y[rows] = 1 - self.y[rows]
 
+    #: What the probe of the module's ``training_step`` found, ``(logged_names, unvmappable)``, handed
+    #: to an engine over the participants so that it does not call ``training_step`` to probe again.
+    _probed: tuple[tuple[str, ...], str | None] | None = None
+
+    def _participants_engine(self, index: Tensor) -> tuple[PackedEngine, Tensor]:
+        """An engine of this type over the models ``index`` alone, holding their current state.
+
+        Its training rows are theirs as they stand (label flips included), its models are keyed by
+        their global center ids (batch order, dropout, augmentation and DP noise draws), and it
+        freezes and masks what this engine does. Returns it and ``rows``: row ``q`` of its stacked
+        buffers (its sorted order) is row ``rows[q]`` of this engine's (the same index both ways).
+        """
+        positions = self.inverse[index]
+        train = [
+            (self.x[o : o + n], self.y[o : o + n])
+            for o, n in zip(self.offsets[positions].tolist(), self.sizes[positions].tolist(), strict=True)
+        ]
+        sub = type(self)()
+        sub.scratch = self.scratch
+        if self._step_module is not None:
+            sub._probed = (self.logged_names, self._unvmappable)
+        self.setup_inner(sub, train, self.flat.dtype, self.center_ids[index].tolist())
+        if self._frozen_names:
+            sub.set_phase(None, self._frozen_names)
+        if self.mask is not None:
+            sub.set_mask({n: m.index_select(0, index.to(m.device)) for n, m in self.mask.items()})
+        rows = positions.index_select(0, sub.order).to(self.device)
+        sub.flat.copy_(self.flat.index_select(0, rows))
+        for n, t in sub.opt_state.items():
+            t.copy_(self.opt_state[n].index_select(0, rows))
+        sub._sched_counts.copy_(self._sched_counts.index_select(0, rows.cpu()))
+        return sub, rows
+
+    def _train_participants(self, round_idx: int, index: Tensor) -> Tensor:
+        """Round ``round_idx`` of the models ``index`` only (:attr:`Engine.participants
+        <lightning_fed.engine.base.Engine.participants>`): an engine over them trains the round and
+        their rows are written back. Each trains to the same bits as in a round of every model (the
+        property bounded passes rest on, :mod:`lightning_fed.engine.passes`, with the same exception:
+        a module drawing from torch's global generator); the others are not computed."""
+        losses = torch.full((self.num_models,), float("nan"), dtype=torch.float64, device=self.device)
+        self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)
+        self.training_step_calls = 0
+        nan = torch.full((self.num_models,), float("nan"), dtype=torch.float64)
+        self.last_logged = None if self._step_module is None else {n: nan.clone() for n in self.logged_names}
+        if index.numel() == 0:
+            return losses
+        sub, rows = self._participants_engine(index)
+        got = sub.train_round(round_idx)
+        self.flat.index_copy_(0, rows, sub.flat)
+        for n, t in self.opt_state.items():
+            t.index_copy_(0, rows, sub.opt_state[n])
+        self._sched_counts.index_copy_(0, rows.cpu(), sub._sched_counts)
+        losses.index_copy_(0, index.to(self.device), got.to(losses))
+        self.last_diverged[index] = sub.last_diverged
+        if self.last_logged is not None and sub.last_logged is not None:
+            for n, v in sub.last_logged.items():
+                self.last_logged[n][index] = v.to(torch.float64).cpu()
+        self.training_step_calls = sub.training_step_calls
+        return losses
+
     def train_round(self, round_idx: int) -> Tensor:
+        index = self._participating()
+        if index is not None:
+            return self._train_participants(round_idx, index)
         # The round's rate (the same for every center, so a shard agrees with the whole) and, if
         # asked, a fresh optimizer state; both before the snapshot a diverged center returns to.
         if self._replay is None:

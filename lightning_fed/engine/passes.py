@@ -136,8 +136,16 @@ class PassEngine(Engine):
         return _join(parts, self.indices, self.num_models)
 
     def train_round(self, round_idx: int) -> Tensor:
-        """Each pass's round, one after the other; losses (and flags, logs) joined by model."""
-        losses = [engine.train_round(round_idx) for engine in self.passes]
+        """Each pass's round, one after the other; losses (and flags, logs) joined by model. With
+        :attr:`participants` set, each pass trains its own participants only."""
+        rows = self.participants
+        for engine, index in zip(self.passes, self.indices, strict=True):
+            engine.participants = None if rows is None else rows.index_select(0, index.to(rows.device))
+        try:
+            losses = [engine.train_round(round_idx) for engine in self.passes]
+        finally:
+            for engine in self.passes:
+                engine.participants = None
         self.last_diverged = self._join([e.last_diverged for e in self.passes])
         logged = [e.last_logged for e in self.passes]
         self.last_logged = None if any(x is None for x in logged) else self._join(logged)

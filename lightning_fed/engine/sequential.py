@@ -86,12 +86,19 @@ class SequentialEngine(Engine):
         self.last_diverged = torch.zeros(self.num_models, dtype=torch.bool)
         logs = RoundLogs(self.num_models)
         factor = self.lr_factor(round_idx)
-        for opt, base in zip(self.optimizers, self.base_lrs, strict=True):
+        index = self._participating()
+        taking_part = set(range(self.num_models) if index is None else index.tolist())
+        for c, (opt, base) in enumerate(zip(self.optimizers, self.base_lrs, strict=True)):
+            if c not in taking_part:
+                continue
             if not self._scheduled:  # a scheduler of configure_optimizers owns the rate otherwise
                 opt.param_groups[0]["lr"] = base * factor
             if self.reset_optimizer_each_round:
                 opt.state.clear()  # a fresh torch optimizer's state: lazily re-created at its first step
         for c, (model, opt, (x, y)) in enumerate(zip(self.models, self.optimizers, self.data, strict=True)):
+            if c not in taking_part:  # not sampled this round: not trained, loss NaN
+                losses[c] = float("nan")
+                continue
             model.train()
             sched = self.schedulers[c]
             before = (
