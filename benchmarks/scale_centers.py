@@ -27,12 +27,15 @@ Peaks are read from ``VmHWM`` of ``/proc/self/status``; the aggregation peak res
 ``/proc/self/clear_refs`` before each aggregation (Linux; elsewhere ``aggpk`` is blank and ``peak``
 is ``ru_maxrss``).
 
+``--norm-bound`` checks every message with ``NormBound`` (what ``lightning-fed fit`` does by
+default; without it, the Python ``Wire()``'s ratio test).
+
 ``--max-centers-per-pass P`` trains every run in passes of at most ``P`` centers
 (``trainer.max_centers_per_pass``, :mod:`lightning_fed.engine.passes`: the same bits, round scratch
 sized by ``P``); without it, all centers in one pass.
 
 Run: ``python benchmarks/scale_centers.py [--centers 230 920 3680] [--rounds 4] [--stays 309]
-[--threads N] [--algorithms fedavg abps] [--max-centers-per-pass P]``.
+[--threads N] [--algorithms fedavg abps] [--max-centers-per-pass P] [--norm-bound]``.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ def worker(args: argparse.Namespace) -> None:
 
     from lightning_fed.algorithms import ABPS, FedAvg
     from lightning_fed.callbacks import Callback
+    from lightning_fed.comm import NormBound, Wire
     from lightning_fed.data import IID, SyntheticICU
     from lightning_fed.federation import Federation
     from lightning_fed.models import MortalityMLP
@@ -149,7 +153,8 @@ def worker(args: argparse.Namespace) -> None:
         rounds=args.rounds, local_epochs=2, batch_size=128, max_centers_per_pass=args.max_centers_per_pass
     )
     fabric = Fabric(accelerator="cpu", devices=1, callbacks=[times])
-    federation = Federation(data, MortalityMLP(), algorithm, trainer, fabric=fabric, seed=0)
+    wire = Wire(norm_bound=NormBound()) if args.norm_bound else None
+    federation = Federation(data, MortalityMLP(), algorithm, trainer, fabric=fabric, seed=0, wire=wire)
     algorithm.aggregate = peaks.around(algorithm.aggregate)  # type: ignore[method-assign]
     summary = federation.fit()
     peaks.checkpoint()
@@ -172,6 +177,8 @@ def run_worker(args: argparse.Namespace, algorithm: str, centers: int) -> dict[s
     cmd += [f"--centers={centers}", f"--stays={args.stays}", f"--rounds={args.rounds}"]
     if args.max_centers_per_pass is not None:
         cmd.append(f"--max-centers-per-pass={args.max_centers_per_pass}")
+    if args.norm_bound:
+        cmd.append("--norm-bound")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -196,6 +203,9 @@ def main() -> None:
         default=None,
         help="train in passes of at most this many centers (trainer.max_centers_per_pass); default one pass",
     )
+    parser.add_argument(
+        "--norm-bound", action="store_true", help="check messages with NormBound (the fit default)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algorithm", choices=("fedavg", "abps"), default="abps", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -206,7 +216,8 @@ def main() -> None:
     print(
         f"{os.cpu_count()} cores, {args.threads} threads, {args.stays} stays per center, "
         f"{'one pass' if per_pass is None else f'passes of <= {per_pass} centers'}, "
-        f"median of rounds 2..{args.rounds}; load average at start {os.getloadavg()[0]:.2f}"
+        f"{'NormBound' if args.norm_bound else 'ratio test'}, median of rounds 2..{args.rounds}; "
+        f"load average at start {os.getloadavg()[0]:.2f}"
     )
     header = (
         f"{'C':>5} | {'FA train':>8} {'FA agg':>7} {'FA peak':>8} {'FA setup':>8} | {'AB train':>8} "

@@ -40,7 +40,9 @@ MAX_NORM_RATIO = 5.0
 NORM_CHUNK_BYTES = 16 * 2**20
 
 
-def message_norms(payload: dict[str, Tensor]) -> Tensor:
+def message_norms(
+    payload: dict[str, Tensor], minus: tuple[dict[str, Tensor], Tensor] | None = None
+) -> Tensor:
     """L2 norm of every message ``[E]`` over all of its tensors (float64; NaN/Inf propagate).
 
     ``||r_e|| = sqrt(sum_t sum_k r_e[t, k]^2)``, the squares summed in float64 per tensor (in the
@@ -49,9 +51,20 @@ def message_norms(payload: dict[str, Tensor]) -> Tensor:
     reduction whatever rows share the call (a one-row call may split a long row across threads,
     hence never a one-row chunk of a longer payload), so the norms are the bits of one call over
     all rows without its ``E x |W|`` float64 temporaries (2 x 475 MB at 3,680 centers: issue 33).
+
+    With ``minus = (start, owner)`` the norms are the updates' ``||r_e - s_{owner_e}||`` (``start``
+    ``{name: [C, ...]}``, ``owner`` int64 ``[E]``; a one-row payload, a broadcast, is compared with
+    every owner): each chunk subtracts its own rows of ``start``, so neither the ``E x |W|`` anchors
+    nor their difference exist at once (the same bits as ``message_norms({n: r[n] -
+    start[n][owner]})``).
     """
     tensors = [t.detach() for t in payload.values()]
     rows = tensors[0].shape[0] if tensors else 0
+    if minus is not None:
+        start, owner = minus
+        rows = len(owner)
+        tensors = [t.expand(rows, *t.shape[1:]) if t.shape[0] != rows else t for t in tensors]
+        anchors = [start[n].detach() for n in payload]
     if not rows:
         return torch.zeros(0, dtype=torch.float64)
     step = max(2, NORM_CHUNK_BYTES // max(1, 8 * sum(t[0].numel() for t in tensors)))
@@ -59,7 +72,11 @@ def message_norms(payload: dict[str, Tensor]) -> Tensor:
     lo = 0
     while lo < rows:
         hi = rows if rows - lo - step < 2 else lo + step  # never leave a one-row tail
-        parts.append(sum(t[lo:hi].to(torch.float64).reshape(hi - lo, -1).pow(2).sum(1) for t in tensors))
+        chunk = [t[lo:hi] for t in tensors]
+        if minus is not None:
+            index = owner[lo:hi]
+            chunk = [t - a.index_select(0, index.to(a.device)) for t, a in zip(chunk, anchors, strict=True)]
+        parts.append(sum(t.to(torch.float64).reshape(hi - lo, -1).pow(2).sum(1) for t in chunk))
         lo = hi
     return torch.cat(parts).sqrt().cpu()
 
@@ -130,6 +147,9 @@ class Wire:
 
         #: Every center's shared parameters at the start of the round (:meth:`start_round`).
         self.start: dict[str, Tensor] = {}
+        #: ``||s_c||`` of every center's round-start model, per ordered tuple of names (computed once
+        #: a round, then read per message by its owner).
+        self._start_norms: dict[tuple[str, ...], Tensor] = {}
         self._factor: Tensor | None = None
 
     def describe_defence(self) -> str:
@@ -152,6 +172,7 @@ class Wire:
         the anchors of the update bound (kept only with a :attr:`norm_bound`; a detached copy)."""
         if self.norm_bound is not None:
             self.start = {n: t.detach().clone() for n, t in params.items()}
+            self._start_norms = {}
 
     def reachable(self, round_idx: int, num_centers: int) -> Tensor:
         """Bool ``[num_centers]``: which centers the fault plan leaves online in ``round_idx``."""
@@ -247,17 +268,18 @@ class Wire:
         Rejections are added to :attr:`rejected` for ``round_idx``.
         """
         self._factor: Tensor | None = None
-        anchors = self.anchors(received, src, dst)
-        if anchors is None:
+        owner = self._owners(received, src, dst)
+        if owner is None:
             norms, ref = self.norms_and_reference(received, own)
             ok = torch.isfinite(norms)
             check = torch.isfinite(ref) & (ref > 0)
             ok &= ~check | (norms <= self.max_norm_ratio * ref)
         else:
             norms = torch.broadcast_to(message_norms(received), (len(src),))
-            update = message_norms({n: received[n] - anchors[n] for n in received})
+            update = message_norms(received, minus=(self.start, owner))
             channel = "server" if bool((dst == SERVER).all()) else "centers"
-            ok, factor = self.norm_bound.verdict(channel, round_idx, norms, update, message_norms(anchors))
+            anchor_norms = self._anchor_norms(received, owner)
+            ok, factor = self.norm_bound.verdict(channel, round_idx, norms, update, anchor_norms)
             if any(t.shape[0] != len(src) for t in received.values()):
                 ok &= factor >= 1  # a broadcast is not clipped per receiver: rejected where it fails
             elif bool((factor < 1).any()):
@@ -277,6 +299,14 @@ class Wire:
         sender's (:meth:`start_round`). None without a :attr:`norm_bound`, without ``src`` and
         ``dst``, or when a tensor of ``received`` is not a recorded shared tensor of the same shape.
         """
+        owner = self._owners(received, src, dst)
+        if owner is None:
+            return None
+        return {n: self.start[n].index_select(0, owner.to(self.start[n].device)) for n in received}
+
+    def _owners(self, received: dict[str, Tensor], src: Tensor | None, dst: Tensor | None) -> Tensor | None:
+        """Whose round-start model each message is checked against (int64 ``[E]``: the receiver, or
+        for the server the sender), or None where the update bound does not apply (:meth:`anchors`)."""
         if self.norm_bound is None or src is None or dst is None or not self.start:
             return None
         src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
@@ -287,7 +317,18 @@ class Wire:
         owner = torch.where(dst == SERVER, src, dst)
         if bool((owner < 0).any()) or int(owner.max()) >= len(next(iter(self.start.values()))):
             return None
-        return {n: self.start[n].index_select(0, owner.to(self.start[n].device)) for n in received}
+        return owner
+
+    def _anchor_norms(self, received: dict[str, Tensor], owner: Tensor) -> Tensor:
+        """``||a_e||`` per message: each center's round-start norm over ``received``'s tensors (in
+        their order), computed once a round and read by owner. With a single center the anchors
+        are normed as rows of their own (a one-row call may reduce in another order)."""
+        names = tuple(received)
+        if len(next(iter(self.start.values()))) < 2:
+            return message_norms({n: self.start[n].index_select(0, owner) for n in names})
+        if names not in self._start_norms:
+            self._start_norms[names] = message_norms({n: self.start[n] for n in names})
+        return self._start_norms[names].index_select(0, owner.cpu())
 
     def clip(self, received: dict[str, Tensor], src: Tensor, dst: Tensor) -> dict[str, Tensor]:
         """``received`` with the updates the last :meth:`accept` found over the bound shortened,

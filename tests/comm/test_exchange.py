@@ -133,3 +133,28 @@ def test_message_norms_in_chunks_are_the_bits_of_one_call(monkeypatch) -> None:
             }
             one = sum(t.double().reshape(n, -1).pow(2).sum(1) for t in payload.values()).sqrt()
             assert torch.equal(wire_module.message_norms(payload), one), (dtype, n)
+
+
+def test_update_norms_in_chunks_are_the_bits_of_the_materialized_difference(monkeypatch) -> None:
+    """``message_norms(r, minus=(start, owner))`` subtracts each chunk's own anchor rows; it must give
+    the bits of ``message_norms({n: r[n] - start[n][owner]})`` (the E x |W| anchors materialized),
+    for float32 and float64, row counts around the chunk size, and a one-row broadcast payload."""
+    import lightning_fed.comm.wire as wire_module
+
+    monkeypatch.setattr(wire_module, "NORM_CHUNK_BYTES", 3 * 8 * 13)  # 3 rows of 13 numbers
+    g = torch.Generator().manual_seed(4)
+    for dtype in (torch.float32, torch.float64):
+        start = {
+            "w": torch.randn(6, 3, 4, generator=g).to(dtype),
+            "b": torch.randn(6, 1, generator=g).to(dtype),
+        }
+        for n in (1, 2, 3, 4, 5, 7, 10):
+            owner = torch.randint(0, 6, (n,), generator=g)
+            for m in sorted({n, 1}):  # a message per edge, and one broadcast to every owner
+                got = {k: torch.randn(m, *t.shape[1:], generator=g).to(dtype) for k, t in start.items()}
+                want = wire_module.message_norms({k: got[k] - start[k][owner] for k in got})
+                assert torch.equal(wire_module.message_norms(got, minus=(start, owner)), want), (
+                    dtype,
+                    n,
+                    rows,
+                )

@@ -13,6 +13,7 @@ from lightning_fed.algorithms import FedAvg
 from lightning_fed.comm import FaultInjection, NormBound, Wire
 from lightning_fed.comm.exchange import exchange
 from lightning_fed.comm.ledger import SERVER
+from lightning_fed.comm.wire import message_norms
 from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
@@ -314,3 +315,34 @@ def test_fit_says_which_defence_runs() -> None:
     off = Wire(norm_bound=NormBound(min_projection_ratio=None)).describe_defence()
     assert "projection" not in off
     assert Wire().describe_defence() == "defence: ratio test (norm <= 5x its reference; NaN/Inf rejected)"
+
+
+def test_accept_equals_the_verdict_on_materialized_anchors() -> None:
+    """The wire norms updates chunk by chunk and anchors once per center (issue 33: the E x |W| anchor
+    copy and difference were most of ABPS's norm-test time); its verdicts, rejections and the
+    bound's references must be those of the verdict on the materialized anchors ``a_e = s[owner_e]``,
+    for peer messages (owner = receiver) and uploads (owner = sender), over two rounds."""
+    g = torch.Generator().manual_seed(7)
+    start = {"w": torch.randn(9, 5, 3, generator=g), "b": torch.randn(9, 3, generator=g)}
+    wire, ref_bound = Wire(norm_bound=NormBound()), NormBound()
+    for r in range(2):
+        wire.start_round(r, start)
+        for channel, (src, dst) in {
+            "centers": (torch.randint(0, 9, (27,), generator=g), torch.randint(0, 9, (27,), generator=g)),
+            "server": (torch.arange(9), torch.full((9,), SERVER)),
+        }.items():
+            owner = torch.where(dst == SERVER, src, dst)
+            scale = torch.tensor([-1.0, 0.1, 1.0, 1.0, 3.0, 1.0, 1.0, 1.0, 1.0]).repeat(3)[: len(src)]
+            got = {
+                n: t[owner] * scale.view(-1, *[1] * (t.dim() - 1))
+                + 0.05 * torch.randn(len(src), *t.shape[1:], generator=g)
+                for n, t in start.items()
+            }
+            anchors = {n: t[owner] for n, t in start.items()}
+            norms = message_norms(got)
+            update = message_norms({n: got[n] - anchors[n] for n in got})
+            want, _ = ref_bound.verdict(channel, r, norms, update, message_norms(anchors))
+            assert torch.equal(wire.accept(got, None, r, src=src, dst=dst), want)
+            assert 0 < int((~want).sum()) < len(src)
+        start = {n: t + 0.01 * torch.randn(t.shape, generator=g) for n, t in start.items()}
+    assert wire.norm_bound.refs == ref_bound.refs
