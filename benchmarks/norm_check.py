@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -27,30 +29,13 @@ from lightning_fed.comm import NormBound, Wire
 from lightning_fed.comm.wire import message_norms
 from lightning_fed.models import MortalityMLP
 
-
-def _hwm_mb() -> float:
-    """Peak RSS since the last reset (``VmHWM``), MB; NaN where ``/proc`` has no such line."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_centers import hwm_mb, reset_hwm
 
 
 def _rss_mb() -> float:
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS:"))
-
-
-def _reset_hwm() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")
-    except OSError:
-        pass
 
 
 def materialized(
@@ -78,17 +63,17 @@ def measure(centers: int, kappa: int, repeats: int) -> dict[str, float]:
         wire = Wire(norm_bound=NormBound())
         wire.start_round(0, start)
         base = _rss_mb()
-        _reset_hwm()
+        reset_hwm()
         t0 = time.perf_counter()
         want, _ = materialized(NormBound(), start, got, dst)
         times["materialized"].append(time.perf_counter() - t0)
-        peaks["materialized"].append(_hwm_mb() - base)
+        peaks["materialized"].append((hwm_mb() or float("nan")) - base)
         base = _rss_mb()
-        _reset_hwm()
+        reset_hwm()
         t0 = time.perf_counter()
         ok = wire.accept(got, None, 0, src=src, dst=dst)
         times["chunked"].append(time.perf_counter() - t0)
-        peaks["chunked"].append(_hwm_mb() - base)
+        peaks["chunked"].append((hwm_mb() or float("nan")) - base)
         same &= torch.equal(ok, want)
     out = {f"{k}_s": statistics.median(v) for k, v in times.items()}
     out.update({f"{k}_mb": statistics.median(v) for k, v in peaks.items()})

@@ -57,7 +57,7 @@ KEYS = ("seconds_train", "seconds_aggregate", "seconds_matching", "seconds_shapl
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _hwm_mb() -> float | None:
+def hwm_mb() -> float | None:
     """Peak RSS since the last reset (``VmHWM``), MB; None where ``/proc`` has no such line."""
     try:
         with open("/proc/self/status") as status:
@@ -69,7 +69,7 @@ def _hwm_mb() -> float | None:
     return None
 
 
-def _reset_hwm() -> bool:
+def reset_hwm() -> bool:
     """Reset ``VmHWM`` to the current RSS (Linux ``clear_refs``); False where that is not allowed."""
     try:
         with open("/proc/self/clear_refs", "w") as refs:
@@ -89,7 +89,7 @@ class _Peaks:
 
     def checkpoint(self) -> None:
         """Fold the peak since the last reset into the run's peak."""
-        now = _hwm_mb()
+        now = hwm_mb()
         if now is not None:
             self.total = max(self.total, now)
 
@@ -98,15 +98,15 @@ class _Peaks:
 
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             self.checkpoint()
-            self.can_reset = self.can_reset and _reset_hwm()
+            self.can_reset = self.can_reset and reset_hwm()
             try:
                 return fn(*args, **kwargs)
             finally:
                 if self.can_reset:
-                    peak = _hwm_mb() or 0.0
+                    peak = hwm_mb() or 0.0
                     self.aggregate = max(self.aggregate or 0.0, peak)
                     self.total = max(self.total, peak)
-                    _reset_hwm()
+                    reset_hwm()
 
         return wrapped
 
