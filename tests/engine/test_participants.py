@@ -107,8 +107,9 @@ def test_participants_train_as_in_a_round_of_every_model(kind, dtype, module, fr
     _assert_same_tree(got.state_dict(), ref.state_dict())
 
 
-def test_no_participants_trains_nothing_and_a_bad_mask_is_refused() -> None:
-    engine = _engine("packed", torch.float64, MortalityMLP(in_features=6, hidden=(8,)), frozen=False, flip=False)
+def test_no_participants_trains_nothing_and_a_wrong_shape_is_refused() -> None:
+    module = MortalityMLP(in_features=6, hidden=(8,))
+    engine = _engine("packed", torch.float64, module, frozen=False, flip=False)
     before = copy.deepcopy(engine.state_dict())
     engine.participants = torch.zeros(len(SIZES), dtype=torch.bool)
     assert torch.isnan(engine.train_round(1)).all()
