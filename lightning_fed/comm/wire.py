@@ -300,9 +300,11 @@ class Wire:
         ``dst``, or when a tensor of ``received`` is not a recorded shared tensor of the same shape.
         """
         owner = self._owners(received, src, dst)
-        if owner is None:
-            return None
-        return {n: self.start[n].index_select(0, owner.to(self.start[n].device)) for n in received}
+        return None if owner is None else self._anchor_rows(tuple(received), owner)
+
+    def _anchor_rows(self, names: tuple[str, ...], owner: Tensor) -> dict[str, Tensor]:
+        """The round-start tensors ``names`` of each message's owner (``[E, ...]`` copies)."""
+        return {n: self.start[n].index_select(0, owner.to(self.start[n].device)) for n in names}
 
     def _owners(self, received: dict[str, Tensor], src: Tensor | None, dst: Tensor | None) -> Tensor | None:
         """Whose round-start model each message is checked against (int64 ``[E]``: the receiver, or
@@ -325,7 +327,7 @@ class Wire:
         are normed as rows of their own (a one-row call may reduce in another order)."""
         names = tuple(received)
         if len(next(iter(self.start.values()))) < 2:
-            return message_norms({n: self.start[n].index_select(0, owner) for n in names})
+            return message_norms(self._anchor_rows(names, owner))
         if names not in self._start_norms:
             self._start_norms[names] = message_norms({n: self.start[n] for n in names})
         return self._start_norms[names].index_select(0, owner.cpu())

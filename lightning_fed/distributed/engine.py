@@ -102,7 +102,8 @@ class ShardedEngine(Engine):
         per round carries everything.
         """
         lo, hi = self.shard
-        self.inner.participants = None if self.participants is None else self.participants[lo:hi]
+        taking_part = None if self._participating() is None else self.participants
+        self.inner.participants = None if taking_part is None else taking_part[lo:hi]
         try:
             loss = self.inner.train_round(round_idx).to(torch.float64).contiguous()
         finally:

@@ -107,9 +107,10 @@ def test_participants_train_as_in_a_round_of_every_model(kind, dtype, module, fr
     _assert_same_tree(got.state_dict(), ref.state_dict())
 
 
-def test_no_participants_trains_nothing_and_a_wrong_shape_is_refused() -> None:
+@pytest.mark.parametrize("kind", ["packed", "passes", "sequential"])
+def test_no_participants_trains_nothing_and_a_wrong_shape_is_refused(kind) -> None:
     module = MortalityMLP(in_features=6, hidden=(8,))
-    engine = _engine("packed", torch.float64, module, frozen=False, flip=False)
+    engine = _engine(kind, torch.float64, module, frozen=False, flip=False)
     before = copy.deepcopy(engine.state_dict())
     engine.participants = torch.zeros(len(SIZES), dtype=torch.bool)
     assert torch.isnan(engine.train_round(1)).all()
