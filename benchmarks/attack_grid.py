@@ -55,6 +55,7 @@ ATTACKERS = {
     "1% largest": (0.01, "largest"),
     "5% largest": (0.05, "largest"),
     "10% largest": (0.10, "largest"),
+    "1% random": (0.01, "random"),
     "5% random": (0.05, "random"),
     "10% random": (0.10, "random"),
 }
