@@ -18,7 +18,8 @@ Reduced grid: the issue asks 230 centers and 3 seeds; on a shared 2-core machine
 centers, 1 seed, 20 rounds; pass ``--centers 230 --seeds 0 1 2 --rounds 50`` for the full one.
 
 Run: ``python benchmarks/attack_grid.py [--configs ...] [--centers 60] [--stays 18500] [--rounds 20]
-[--seeds 0] [--from-round 5] [--defences none ratio bound median trimmed krum clipping] [--attacks ...]
+[--seeds 0] [--from-round 5] [--defences none ratio bound median trimmed krum clipping] [--attacks ...
+(``neg1x`` for ``-1x``)]
 [--attackers "1% largest" ...]``. A last table gives each defence's cost without attackers: its clean
 run's AUROC against the first defence's, paired by center.
 """
@@ -59,6 +60,15 @@ ATTACKERS = {
     "5% random": (0.05, "random"),
     "10% random": (0.10, "random"),
 }
+
+
+def _attack_name(value: str) -> str:
+    """An ``--attacks`` value: a key of :data:`ATTACKS`; ``neg1x`` stands for ``-1x``, which argparse
+    would read as an option."""
+    name = {"neg1x": "-1x"}.get(value.strip(), value.strip())
+    if name not in ATTACKS:
+        raise argparse.ArgumentTypeError(f"unknown attack {value!r}; choose from {[*ATTACKS, 'neg1x']}")
+    return name
 
 
 def _aggregator(name: str, **init_args: object) -> tuple[str, ...]:
@@ -127,7 +137,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--from-round", type=int, default=5)
     parser.add_argument("--defences", nargs="+", default=list(DEFENCES), choices=list(DEFENCES))
-    parser.add_argument("--attacks", nargs="+", default=list(ATTACKS))
+    parser.add_argument("--attacks", nargs="+", default=list(ATTACKS), type=_attack_name)
     parser.add_argument("--attackers", nargs="+", default=list(ATTACKERS), choices=list(ATTACKERS))
     args = parser.parse_args()
     torch.set_num_threads(1)
