@@ -12,6 +12,11 @@ federation clean and with ``--attackers`` (a fraction of the centers, the larges
 random) flipping their labels from ``--from-round``, and prints per round the honest uploads'
 smallest cosine, their 5 % quantile and median, and the attackers' largest and median cosine.
 
+For a peer method (``--config configs/abps.yaml``: no server, so no cosine table) it prints instead
+whether selection steers away from the flipped peers: per round, the partnerships honest receivers
+accepted and the share of them whose partner is an attacker, against the attackers' share of the
+centers (what a selection that learned nothing would give).
+
 A test ``cos_e >= c`` keeps every honest upload and rejects every flipped one only when the smallest
 honest cosine (of the clean run and of the attacked run's honest uploads) is above the largest
 attacker cosine; the printed ``margin`` is that difference over the attacked rounds (negative: no
@@ -27,6 +32,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -66,8 +72,10 @@ class DirectionWire(Wire):
         return super().accept(received, own, round_idx, src=src, dst=dst)
 
 
-def record(args: argparse.Namespace, attack: bool) -> tuple[list[tuple[int, Tensor, Tensor]], set[int]]:
-    """The cosines of one run and its attackers (empty for the clean run)."""
+def record(args: argparse.Namespace, attack: bool) -> tuple[list, set[int], list[tuple[int, int, int]]]:
+    """The cosines of one run, its attackers (empty for the clean run) and, for an algorithm that
+    picks partners (ABPS: ``last_partners``), per round ``(round, partnerships accepted by honest
+    receivers, of which from attackers)``."""
     spec = {"kind": "label_flip", "centers": args.attackers, "pick": args.pick, "from_round": args.from_round}
     faults = FaultInjection(attacks=[spec]) if attack else None
     fed = build_federation(
@@ -80,9 +88,31 @@ def record(args: argparse.Namespace, attack: bool) -> tuple[list[tuple[int, Tens
             f"--data.init_args.num_stays={args.stays}",
         ),
     )
+    algorithm, partners = fed.algorithm, []
+    aggregate = algorithm.aggregate
+
+    def counted(ctx: Any, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
+        out = aggregate(ctx, params, wire)
+        lists = getattr(algorithm, "last_partners", None)
+        if lists is not None:
+            bad = wire.faults.flipped(ctx.round) if wire.faults is not None else set()
+            honest = [p for i, p in enumerate(lists) if i not in bad]
+            partners.append((ctx.round, sum(map(len, honest)), sum(j in bad for p in honest for j in p)))
+        return out
+
+    algorithm.aggregate = counted
     fed.fit()
     flipped = set(fed.wire.faults.flipped(args.rounds - 1)) if attack else set()
-    return fed.wire.cosines, flipped
+    return fed.wire.cosines, flipped, partners
+
+
+def print_partners(partners: list[tuple[int, int, int]], attackers: int, centers: int) -> None:
+    """Attackers' share of the partnerships honest receivers accepted, per round, against chance."""
+    chance = f"share (chance {attackers / centers:.3f})"
+    print(f"\n| round | honest receivers' partnerships | from attackers | {chance} |")
+    print("|---|---|---|---|")
+    for rnd, edges, bad in partners:
+        print(f"| {rnd} | {edges} | {bad} | {bad / max(1, edges):.3f} |")
 
 
 def main() -> None:
@@ -99,8 +129,12 @@ def main() -> None:
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"load average (1 min) {load:.2f}; {args.centers} centers, seed {args.seed}", flush=True)
-    clean, _ = record(args, attack=False)
-    attacked, flipped = record(args, attack=True)
+    clean, _, _ = record(args, attack=False)
+    attacked, flipped, partners = record(args, attack=True)
+    if partners:
+        print_partners(partners, len(flipped), args.centers)
+    if not clean:
+        return
     head = "clean: honest min | q05 | median | attacked: honest min | attackers max | median | margin"
     print(f"| round | {head} |")
     print("|---|---|---|---|---|---|---|---|")
