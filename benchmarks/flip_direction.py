@@ -129,12 +129,12 @@ def main() -> None:
     torch.set_num_threads(1)
     load = os.getloadavg()[0]
     print(f"load average (1 min) {load:.2f}; {args.centers} centers, seed {args.seed}", flush=True)
-    clean, _, _ = record(args, attack=False)
     attacked, flipped, partners = record(args, attack=True)
     if partners:
         print_partners(partners, len(flipped), args.centers)
-    if not clean:
+    if not attacked:  # no server uploads: nothing to compare with a clean run
         return
+    clean, _, _ = record(args, attack=False)
     head = "clean: honest min | q05 | median | attacked: honest min | attackers max | median | margin"
     print(f"| round | {head} |")
     print("|---|---|---|---|---|---|---|---|")
