@@ -10,9 +10,12 @@ the largest by training rows or at random from the run seed) under each defence 
 ``clipping``), next to the clean run under the same defence. Printed (a Markdown table, one row
 per method, attackers, attack, defence): the mean over centers and seeds of the final test AUROC
 minus the clean run's (same seed, same defence), its 95 % interval from the per-center paired
-differences (t over centers, pooled over seeds), the honest and attacker messages rejected, and the
-final model norm (mean over centers) against the clean run's. Honest rejections are the clean
-run's (nothing is attacked there).
+differences (t over centers, pooled over seeds), the same over the honest centers alone (``honest
+centers``: a label-flipping center trains its own model on flipped labels, so its own test AUROC
+falls whatever the defence does; the first column counts that self-harm, this one only the damage
+the attack does to the others), the honest and attacker messages rejected, and the final model norm
+(mean over centers) against the clean run's. Honest rejections are the clean run's (nothing is
+attacked there).
 
 Reduced grid: the issue asks 230 centers and 3 seeds; on a shared 2-core machine the default is 60
 centers, 1 seed, 20 rounds; pass ``--centers 230 --seeds 0 1 2 --rounds 50`` for the full one.
@@ -117,7 +120,11 @@ def run(config: str, args, seed: int, faults: FaultInjection | None, defence: st
     auroc = fed.evaluate("test").auroc.double()
     params = fed.engine.get_params()
     norms = torch.sqrt(sum(t.double().reshape(len(t), -1).pow(2).sum(1) for t in params.values()))
-    return auroc, fed.wire.rejected_total(), float(norms.mean())
+    faults = fed.wire.faults
+    attackers = torch.zeros(len(auroc), dtype=torch.bool)
+    for ids in faults.attackers if faults is not None else ():
+        attackers[list(ids or ())] = True
+    return auroc, fed.wire.rejected_total(), float(norms.mean()), attackers
 
 
 def interval(diff: torch.Tensor) -> tuple[float, float, float]:
@@ -153,10 +160,11 @@ def main() -> None:
         "attack",
         "defence",
         "AUROC - clean [95% CI]",
+        "honest centers",
         "rejected clean / attacked",
     ]
     print("| " + " | ".join([*columns, "norm / clean", "s"]) + " |")
-    print("|" + "|".join("---" for _ in range(8)) + "|", flush=True)
+    print("|" + "|".join("---" for _ in range(len(columns) + 2)) + "|", flush=True)
     cleans: dict[tuple[str, str], dict[int, tuple]] = {}
     for config in args.configs:
         method = Path(config).stem
@@ -172,17 +180,22 @@ def main() -> None:
                         "pick": pick,
                         "from_round": args.from_round,
                     }
-                    diffs, rej, ratio = [], 0, []
+                    diffs, honest_diffs, rej, ratio = [], [], 0, []
                     for s in args.seeds:
-                        auroc, rejected, norm = run(config, args, s, FaultInjection(attacks=[spec]), defence)
+                        auroc, rejected, norm, attackers = run(
+                            config, args, s, FaultInjection(attacks=[spec]), defence
+                        )
                         diffs.append(auroc - clean[s][0])
+                        honest_diffs.append(diffs[-1][~attackers])
                         rej += rejected
                         ratio.append(norm / clean[s][2])
                     mean, lo, hi = interval(torch.cat(diffs))
+                    h_mean, h_lo, h_hi = interval(torch.cat(honest_diffs))
                     honest = sum(clean[s][1] for s in args.seeds)
                     seconds = time.perf_counter() - t0
                     print(
                         f"| {method} | {who} | {attack} | {defence} | {mean:+.4f} [{lo:+.4f}, {hi:+.4f}] | "
+                        f"{h_mean:+.4f} [{h_lo:+.4f}, {h_hi:+.4f}] | "
                         f"{honest} / {rej} | {sum(ratio) / len(ratio):.2f} | {seconds:.0f} |",
                         flush=True,
                     )
