@@ -102,7 +102,7 @@ class ShardedEngine(Engine):
         per round carries everything.
         """
         lo, hi = self.shard
-        taking_part = None if self._participating() is None else self.participants
+        taking_part = self._participant_mask()
         self.inner.participants = None if taking_part is None else taking_part[lo:hi]
         try:
             loss = self.inner.train_round(round_idx).to(torch.float64).contiguous()

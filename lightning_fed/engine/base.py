@@ -266,6 +266,11 @@ class Engine(ABC):
             )
         return None if bool(rows.all()) else rows.cpu().nonzero().flatten()
 
+    def _participant_mask(self) -> Tensor | None:
+        """:attr:`participants` once checked by :meth:`_participating` (the bool mask an engine hands
+        down to the engines it wraps), None when every model trains."""
+        return None if self._participating() is None else self.participants
+
     def models_per_step(self) -> float:
         """How many models one optimizer step of this engine trains at once, on average (1: one
         center at a time; the packed engine: its mean number of active centers per step)."""

@@ -138,7 +138,7 @@ class PassEngine(Engine):
     def train_round(self, round_idx: int) -> Tensor:
         """Each pass's round, one after the other; losses (and flags, logs) joined by model. With
         :attr:`participants` set, each pass trains its own participants only."""
-        rows = None if self._participating() is None else self.participants
+        rows = self._participant_mask()
         for engine, index in zip(self.passes, self.indices, strict=True):
             engine.participants = None if rows is None else rows.index_select(0, index.to(rows.device))
         try:
