@@ -57,9 +57,9 @@ class DirectionWire(Wire):
         received: dict[str, Tensor],
         own: dict[str, Tensor] | Tensor | None,
         round_idx: int,
-        src: Tensor | None = None,
-        dst: Tensor | None = None,
+        **edges: Tensor,
     ) -> Tensor:
+        src, dst = edges.get("src"), edges.get("dst")
         owner = self._owners(received, src, dst)
         if owner is not None and bool((dst == SERVER).all()):
             rows = self._anchor_rows(tuple(received), owner)
@@ -69,7 +69,7 @@ class DirectionWire(Wire):
             med = update.median(0).values
             cos = (update @ med) / (update.norm(dim=1) * med.norm()).clamp_min(1e-300)
             self.cosines.append((round_idx, src.clone(), cos))
-        return super().accept(received, own, round_idx, src=src, dst=dst)
+        return super().accept(received, own, round_idx, **edges)
 
 
 def record(args: argparse.Namespace, attack: bool) -> tuple[list, set[int], list[tuple[int, int, int]]]:
