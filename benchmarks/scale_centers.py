@@ -125,6 +125,7 @@ def worker(args: argparse.Namespace) -> None:
     from lightning_fed.data import IID, SyntheticICU
     from lightning_fed.federation import Federation
     from lightning_fed.models import MortalityMLP
+    from lightning_fed.selection.abps.credit import ShapleyCredit
     from lightning_fed.types import TrainerConfig
 
     logging.getLogger("lightning.fabric").setLevel(logging.ERROR)
@@ -148,6 +149,8 @@ def worker(args: argparse.Namespace) -> None:
     times = Times()
     centers = args.centers[0]
     data = SyntheticICU(num_centers=230, num_stays=centers * args.stays, partitioner=IID(centers)).build(0)
+    if args.shapley_chunk_mb is not None:
+        ShapleyCredit.chunk_bytes = args.shapley_chunk_mb * 2**20
     algorithm = ABPS() if args.algorithm == "abps" else FedAvg()
     trainer = TrainerConfig(
         rounds=args.rounds, local_epochs=2, batch_size=128, max_centers_per_pass=args.max_centers_per_pass
@@ -179,6 +182,8 @@ def run_worker(args: argparse.Namespace, algorithm: str, centers: int) -> dict[s
         cmd.append(f"--max-centers-per-pass={args.max_centers_per_pass}")
     if args.norm_bound:
         cmd.append("--norm-bound")
+    if args.shapley_chunk_mb is not None:
+        cmd.append(f"--shapley-chunk-mb={args.shapley_chunk_mb}")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -206,6 +211,12 @@ def main() -> None:
     parser.add_argument(
         "--norm-bound", action="store_true", help="check messages with NormBound (the fit default)"
     )
+    parser.add_argument(
+        "--shapley-chunk-mb",
+        type=int,
+        default=None,
+        help="ShapleyCredit.chunk_bytes in MiB (coalition parameters built at once); default the class's",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algorithm", choices=("fedavg", "abps"), default="abps", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -213,10 +224,12 @@ def main() -> None:
         worker(args)
         return
     per_pass = args.max_centers_per_pass
+    chunks = "default" if args.shapley_chunk_mb is None else f"{args.shapley_chunk_mb} MiB"
     print(
         f"{os.cpu_count()} cores, {args.threads} threads, {args.stays} stays per center, "
         f"{'one pass' if per_pass is None else f'passes of <= {per_pass} centers'}, "
-        f"{'NormBound' if args.norm_bound else 'ratio test'}, median of rounds 2..{args.rounds}; "
+        f"{'NormBound' if args.norm_bound else 'ratio test'}, Shapley chunks {chunks}, "
+        f"median of rounds 2..{args.rounds}; "
         f"load average at start {os.getloadavg()[0]:.2f}"
     )
     header = (
