@@ -120,6 +120,7 @@ def worker(args: argparse.Namespace) -> None:
     from lightning.fabric import Fabric
 
     from lightning_fed.algorithms import ABPS, FedAvg
+    from lightning_fed.allocator import keep_freed_memory
     from lightning_fed.callbacks import Callback
     from lightning_fed.comm import NormBound, Wire
     from lightning_fed.data import IID, SyntheticICU
@@ -151,6 +152,8 @@ def worker(args: argparse.Namespace) -> None:
     data = SyntheticICU(num_centers=230, num_stays=centers * args.stays, partitioner=IID(centers)).build(0)
     if args.shapley_chunk_mb is not None:
         ShapleyCredit.chunk_bytes = args.shapley_chunk_mb * 2**20
+    if args.keep_freed_memory and not keep_freed_memory().applied:
+        raise SystemExit("--keep-freed-memory: lightning_fed.allocator did not apply (see its docstring)")
     algorithm = ABPS() if args.algorithm == "abps" else FedAvg()
     trainer = TrainerConfig(
         rounds=args.rounds, local_epochs=2, batch_size=128, max_centers_per_pass=args.max_centers_per_pass
@@ -184,6 +187,8 @@ def run_worker(args: argparse.Namespace, algorithm: str, centers: int) -> dict[s
         cmd.append("--norm-bound")
     if args.shapley_chunk_mb is not None:
         cmd.append(f"--shapley-chunk-mb={args.shapley_chunk_mb}")
+    if args.keep_freed_memory:
+        cmd.append("--keep-freed-memory")
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -217,6 +222,11 @@ def main() -> None:
         default=None,
         help="ShapleyCredit.chunk_bytes in MiB (coalition parameters built at once); default the class's",
     )
+    parser.add_argument(
+        "--keep-freed-memory",
+        action="store_true",
+        help="glibc keeps freed blocks for reuse (lightning_fed.allocator, what `fit` does)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--algorithm", choices=("fedavg", "abps"), default="abps", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -229,6 +239,7 @@ def main() -> None:
         f"{os.cpu_count()} cores, {args.threads} threads, {args.stays} stays per center, "
         f"{'one pass' if per_pass is None else f'passes of <= {per_pass} centers'}, "
         f"{'NormBound' if args.norm_bound else 'ratio test'}, Shapley chunks {chunks}, "
+        f"{'freed memory kept' if args.keep_freed_memory else 'glibc defaults'}, "
         f"median of rounds 2..{args.rounds}; "
         f"load average at start {os.getloadavg()[0]:.2f}"
     )

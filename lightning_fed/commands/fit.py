@@ -178,6 +178,7 @@ def _setting(init: Any) -> dict[str, str] | None:
 
 def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run_dir: Path) -> dict[str, Any]:
     """Run the federation and write ``summary.json`` (rank 0)."""
+    from lightning_fed.allocator import keep_freed_memory
     from lightning_fed.data.fingerprint import data_fingerprint
     from lightning_fed.holdout import holdout_key
     from lightning_fed.io import write_json
@@ -190,6 +191,7 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
     )
     say(f"lightning-fed: training path: {federation.engine.training_path}")
     say(f"lightning-fed: {federation.threads.describe()}")
+    say(f"lightning-fed: {keep_freed_memory().describe()}")
     say(f"lightning-fed: {federation.wire.describe_defence()}")
     summary = federation.fit()
     if federation.held_out is not None:  # evaluation.holdout_centers: the newcomers' evaluation
