@@ -90,13 +90,18 @@ class Evaluation:
 
 def evaluate(
     engine: Engine,
-    center_params: dict[str, Tensor],
+    center_params: dict[str, Tensor] | None,
     split: EvalSet,
     metrics: PerCenterMetrics | None = None,
 ) -> Evaluation:
     """Evaluate center ``c``'s model on center ``c``'s split, for every center at once (and the
-    configured torchmetrics ``metrics``, center by center): :func:`score` of the models' logits."""
-    logits = engine.predict(center_params, split.x).float().cpu()
+    configured torchmetrics ``metrics``, center by center): :func:`score` of the models' logits.
+    ``center_params`` None: the engine's current models, one per center
+    (:meth:`Engine.predict_current <lightning_fed.engine.base.Engine.predict_current>`)."""
+    if center_params is None:
+        logits = engine.predict_current(split.x).float().cpu()
+    else:
+        logits = engine.predict(center_params, split.x).float().cpu()
     return score(logits, split.y, split.mask, metrics)
 
 

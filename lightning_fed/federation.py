@@ -244,6 +244,8 @@ class Federation:
             sizes = self._model_rows if dp.level == "sample" else [c.n_train for c in self.data.centers]
             self.privacy = PrivacySpent(dp, sizes, self.trainer.batch_size)
         self.engine.set_mask(self.algorithm.parameter_mask())
+        if isinstance(self.engine, ShardedEngine):
+            self._choose_gather(self.engine)
         #: Torch's intra-op threads for this fit and why (``trainer.threads``; ``fit`` prints it).
         self.threads: ThreadChoice = apply_threads(
             choose_threads(
@@ -303,6 +305,33 @@ class Federation:
         """Whether some model is trained on several centers' rows (Centralized): no per-center
         exchange, so no ledger isolation either."""
         return bool(torch.bincount(self.assignment).max() > 1)
+
+    def _choose_gather(self, engine: ShardedEngine) -> None:
+        """Let the processes exchange the trained rows in the wire's dtype where that is exact.
+
+        The wire's hook must be a plain cast to a narrower dtype (``CommHook.wire_dtype``), and every
+        receiver's replay must be exact on its owner: the method says so
+        (:meth:`Algorithm.replay_blocker <lightning_fed.algorithms.base.Algorithm.replay_blocker>`),
+        each model is one center, and no configured fault rewrites a message before the cast (a
+        rescaled row rounds differently from the rescaled wire row). Otherwise the rows cross in the
+        parameters' dtype as before, and the training path says why.
+        """
+        wire_dtype = getattr(self.wire.hook, "wire_dtype", None)
+        if wire_dtype is None or wire_dtype == self.dtype:
+            return
+        faults = self.wire.faults
+        corrupted = faults is not None and any(faults.corruptions(r) for r in range(self.trainer.rounds))
+        blocker = self.algorithm.replay_blocker()
+        if blocker is None and engine.num_models != self.data.num_centers:
+            method, centers = type(self.algorithm).__name__, self.data.num_centers
+            blocker = f"{method} trains {engine.num_models} models for {centers} centers"
+        if blocker is None and corrupted:
+            blocker = "wire.faults corrupt messages before the cast, so a replay from wire rows would differ"
+        if blocker is not None:
+            engine.describe_gather(why_not=blocker)
+            return
+        engine.gather_in(wire_dtype)
+        self.wire.merge = engine.merge_by_owner
 
     @property
     def wall_seconds(self) -> float:
@@ -376,10 +405,12 @@ class Federation:
         if split not in ("val", "test"):
             raise ValueError(f"split must be 'val' or 'test', got {split!r}")
         split_set = self.val if split == "val" else self.test
-        params = self.center_params()
+        own_models = self.engine.num_models == self.data.num_centers  # model c is center c's
+        params = None if own_models else self.center_params()
         evaluation = evaluate(self.engine, params, split_set, self.metrics)
         if not overrides_eval_step(self.module, split):
             return evaluation
+        params = self.center_params()
         logged = step_logs(
             self.module, params, split_set.x, split_set.y, split_set.mask, split, self.trainer.batch_size
         )
@@ -468,10 +499,10 @@ class Federation:
         self.algorithm.start_round(ctx, self.engine, self.wire)
         self._flip_labels(r)
         if self.wire.norm_bound is not None:  # the update bound's anchors: the round-start models
-            self.wire.start_round(r, self.engine.get_params())
+            self.wire.start_round(r, self.engine.replay_params())
         losses = self._train(r)
         t1 = time.perf_counter()
-        params = self.algorithm.aggregate(ctx, self.engine.get_params(), self.wire)
+        params = self.algorithm.aggregate(ctx, self.engine.replay_params(), self.wire)
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)
         if self.privacy is not None:

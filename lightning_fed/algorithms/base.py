@@ -9,7 +9,7 @@ lives once, in the engines.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from torch import Tensor
 
@@ -31,6 +31,31 @@ class Algorithm(ABC):
         personal_layers: Number of head layers kept local and never sent (0 shares everything;
             ABPS Sec. 6.4 extension P uses 1 or 2).
     """
+
+    #: Whether this class's :meth:`aggregate` was audited to compute each receiver's new rows from
+    #: its own rows, the messages the wire delivered and state every process computes alike (no
+    #: state kept per center from a center's own rows, no receiver-side decision beyond the wire's
+    #: checks). Read from the class itself, never inherited: a subclass is audited on its own.
+    #: :meth:`replay_blocker` reads it.
+    owner_rows_suffice: ClassVar[bool] = False
+
+    def replay_blocker(self) -> str | None:
+        """Why multi-process runs must give every process every center's full-precision rows, or None.
+
+        Under DDP every process replays the whole aggregation, but keeps only the rows of the
+        centers it trains (:class:`~lightning_fed.distributed.ShardedEngine`). With a lossy wire
+        (``comm: BFloat16Hook``) the processes can exchange the trained rows in the wire's dtype
+        (half the bytes) when, for every receiver, its owner's replay is exact: the receiver's new
+        rows read only its own rows (exact at the owner) and the messages (exact anywhere, being
+        already in the wire's dtype), and the wire's checks take each receiver's verdict from its
+        owner. None when :attr:`owner_rows_suffice` is declared by this very class.
+        """
+        if type(self).__dict__.get("owner_rows_suffice", False):
+            return None
+        return (
+            f"{type(self).__name__}'s aggregation is not audited to need only each receiver's own rows "
+            "and the messages (docs/scale_out.md, 'What crosses between processes')"
+        )
 
     def __init__(self, personal_layers: int = 0) -> None:
         if personal_layers < 0:

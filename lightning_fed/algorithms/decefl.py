@@ -35,6 +35,8 @@ default :class:`~lightning_fed.aggregation.WeightedMean` is the Metropolis mix a
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor
 
 from lightning_fed.aggregation.mixing import metropolis_edge_weights, renormalize
@@ -68,6 +70,10 @@ class DeceFL(PeerAlgorithm):
             (:class:`~lightning_fed.aggregation.robust.Aggregator`; default
             :class:`~lightning_fed.aggregation.WeightedMean`, the Metropolis mix).
     """
+
+    #: Audited (:meth:`Algorithm.replay_blocker`): each receiver mixes its own rows with the messages
+    #: it accepted.
+    owner_rows_suffice: ClassVar[bool] = True
 
     def __init__(
         self,

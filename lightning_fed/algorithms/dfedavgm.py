@@ -18,6 +18,8 @@ configs and reports name the method the EdgeDRM paper compares against, and so t
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from lightning_fed.algorithms.decefl import DeceFL
 
 __all__ = ["DFedAvgM"]
@@ -36,3 +38,7 @@ class DFedAvgM(DeceFL):
             :class:`~lightning_fed.aggregation.WeightedMean`, the Metropolis mix; a robust
             :class:`~lightning_fed.aggregation.robust.Aggregator` as a comparator).
     """
+
+    #: Audited (:meth:`Algorithm.replay_blocker`): DeceFL's gossip; the momentum lives in the engine's
+    #: per-center optimizer state.
+    owner_rows_suffice: ClassVar[bool] = True

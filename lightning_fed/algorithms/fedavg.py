@@ -66,7 +66,7 @@ theta_i)``, ``theta_i <- theta_i + u_i``, one buffer per center. This is NOT ser
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -110,6 +110,10 @@ class FedAvg(Algorithm):
         ValueError: If both ``server_momentum`` and ``server_optimizer`` are given, or ``momentum``
             is > 0 with a server optimizer other than the average.
     """
+
+    #: Audited (:meth:`Algorithm.replay_blocker`): the server averages messages; a receiver
+    #: takes the download or keeps its own rows.
+    owner_rows_suffice: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -172,6 +176,16 @@ class FedAvg(Algorithm):
     #: DP-FedAvg's settings (:meth:`use_client_dp`); None: plain FedAvg.
     client_dp: DPConfig | None = None
 
+    def replay_blocker(self) -> str | None:
+        """:meth:`Algorithm.replay_blocker`; also ``algorithm.momentum > 0``, whose buffer per center
+        is computed from each center's own rows."""
+        if self.update_momentum.beta:
+            return (
+                f"algorithm.momentum={self.update_momentum.beta:g} keeps a buffer per center from its own "
+                "rows (algorithm.momentum: 0 lets the processes gather in the wire's dtype)"
+            )
+        return super().replay_blocker()
+
     def start_round(self, ctx: RoundContext, engine: Engine, wire: Wire) -> None:
         """With client sampling: send :attr:`last_sent` to the sampled centers that do not hold it."""
         if wire.sampler is None:
@@ -180,7 +194,7 @@ class FedAvg(Algorithm):
         if not bool(stale.any()):
             return
         centers = torch.nonzero(stale).reshape(-1)
-        params = engine.get_params()
+        params = engine.replay_params()  # own rows exact at their owner (replay_blocker)
         server = torch.full_like(centers, SERVER)
         own = rows(self.shared(params), centers)
         got = exchange(wire, self.last_sent, server, centers, ctx.round, own=own)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from torch import Tensor
 
 from lightning_fed.algorithms.base import Algorithm
@@ -14,6 +16,9 @@ __all__ = ["LocalOnly"]
 
 class LocalOnly(Algorithm):
     """No collaboration: parameters are returned unchanged and nothing is sent (0 bytes)."""
+
+    #: Audited (:meth:`Algorithm.replay_blocker`): each center keeps its own rows.
+    owner_rows_suffice: ClassVar[bool] = True
 
     def aggregate(self, ctx: RoundContext, params: dict[str, Tensor], wire: Wire) -> dict[str, Tensor]:
         return params

@@ -11,6 +11,8 @@ Receivers cast back to the sender's dtype; non-floating tensors pass unchanged.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from lightning_fed.comm.hooks import CommHook, Payload
@@ -20,6 +22,8 @@ __all__ = ["BFloat16Hook"]
 
 class BFloat16Hook(CommHook):
     """Send floating tensors as bfloat16; receivers cast back to the sender's dtype."""
+
+    wire_dtype: ClassVar[torch.dtype | None] = torch.bfloat16
 
     def encode(self, payload: Payload) -> Payload:
         return {n: t.to(torch.bfloat16) if t.is_floating_point() else t for n, t in payload.items()}

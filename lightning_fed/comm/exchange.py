@@ -93,6 +93,8 @@ def exchange(
     received = wire.send(payload, src, dst, round_idx)
     view = received if checked is None else checked(received)
     edges = {"src": src, "dst": dst} if anchored and wire.norm_bound is not None else {}
+    if wire.merge is not None:  # a multi-process replay takes each receiver's own norm from its owner
+        edges["receivers"] = dst
     accepted = wire.accept(view, own, round_idx, **edges)
     if wire.norm_bound is not None and wire.norm_bound.mode == "clip":
         received = {**received, **wire.clip(view, src, dst)}

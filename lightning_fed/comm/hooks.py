@@ -8,7 +8,9 @@ tensors, so a hook that shrinks the encoding shrinks the ledger.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
+import torch
 from torch import Tensor
 
 __all__ = ["CommHook", "IdentityHook"]
@@ -17,7 +19,16 @@ Payload = dict[str, Tensor]
 
 
 class CommHook(ABC):
-    """Encode a payload for the wire and decode it on arrival."""
+    """Encode a payload for the wire and decode it on arrival.
+
+    Attributes:
+        wire_dtype: The dtype every floating tensor takes on the wire when :meth:`encode` is exactly
+            ``t.to(wire_dtype)`` for floating tensors (other tensors unchanged), else None. A value
+            already representable in it crosses unchanged, which is what lets multi-process runs
+            gather the centers' rows in it (``docs/scale_out.md``, "What crosses between processes").
+    """
+
+    wire_dtype: ClassVar[torch.dtype | None] = None
 
     @abstractmethod
     def encode(self, payload: Payload) -> Payload:

@@ -21,6 +21,8 @@ descriptors, sparse values) keep the ratio test.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -151,6 +153,11 @@ class Wire:
         #: a round, then read per message by its owner).
         self._start_norms: dict[tuple[str, ...], Tensor] = {}
         self._factor: Tensor | None = None
+        #: Multi-process runs whose rows cross in the wire's dtype (the federation installs
+        #: :meth:`ShardedEngine.merge_by_owner <lightning_fed.distributed.ShardedEngine.merge_by_owner>`):
+        #: ``merge(values [K], centers [K])`` takes each value computed from a center's own rows from
+        #: the process that holds them exactly. None: every process holds every row exactly.
+        self.merge: Callable[[Tensor, Tensor], Tensor] | None = None
 
     def describe_defence(self) -> str:
         """The receivers' checks in words (``fit`` prints ``defence: ...`` at start)."""
@@ -250,6 +257,7 @@ class Wire:
         round_idx: int,
         src: Tensor | None = None,
         dst: Tensor | None = None,
+        receivers: Tensor | None = None,
     ) -> Tensor:
         """Receiver-side validation: bool ``[E]``, True for messages the receiver may use.
 
@@ -266,11 +274,20 @@ class Wire:
         :meth:`clip`, which :func:`~lightning_fed.comm.exchange.exchange` calls next.
 
         Rejections are added to :attr:`rejected` for ``round_idx``.
+
+        With a :attr:`merge` (multi-process runs whose rows cross in the wire's dtype), every value
+        computed from a center's own rows (the reference ``ref_e`` of receiver ``receivers[e]``, the
+        update and anchor norms of the anchor's center) is taken from the process holding that
+        center exactly, so every process reaches the one-process verdicts.
         """
         self._factor: Tensor | None = None
         owner = self._owners(received, src, dst)
         if owner is None:
             norms, ref = self.norms_and_reference(received, own)
+            if self.merge is not None and own is not None:
+                if receivers is None:
+                    raise ValueError("Wire.accept: a multi-process replay needs the receivers of an own test")
+                ref = self.merge(ref.contiguous(), torch.as_tensor(receivers).reshape(-1))
             ok = torch.isfinite(norms)
             check = torch.isfinite(ref) & (ref > 0)
             ok &= ~check | (norms <= self.max_norm_ratio * ref)
@@ -279,6 +296,8 @@ class Wire:
             update = message_norms(received, minus=(self.start, owner))
             channel = "server" if bool((dst == SERVER).all()) else "centers"
             anchor_norms = self._anchor_norms(received, owner)
+            if self.merge is not None:
+                update, anchor_norms = (self.merge(v.contiguous(), owner) for v in (update, anchor_norms))
             ok, factor = self.norm_bound.verdict(channel, round_idx, norms, update, anchor_norms)
             if any(t.shape[0] != len(src) for t in received.values()):
                 ok &= factor >= 1  # a broadcast is not clipped per receiver: rejected where it fails

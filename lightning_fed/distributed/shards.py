@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["shard_bounds"]
+__all__ = ["chunk_spans", "prefix_lengths", "shard_bounds"]
 
 
 def shard_bounds(costs: Sequence[float], world_size: int) -> list[tuple[int, int]]:
@@ -56,3 +56,35 @@ def shard_bounds(costs: Sequence[float], world_size: int) -> list[tuple[int, int
         bounds.append(best)
     bounds.append(m)
     return [(bounds[r], bounds[r + 1]) for r in range(w)]
+
+
+def chunk_spans(bounds: Sequence[tuple[int, int]], models: int, chunk: int) -> list[tuple[int, int]]:
+    """The models each process predicts when chunks of ``chunk`` models stay the one-process chunks.
+
+    Chunk ``k`` holds models ``[k chunk, min((k + 1) chunk, M))``; the process whose shard holds its
+    first model computes it. Process ``r`` (shard ``[lo_r, hi_r)``) thus predicts
+    ``[a_r, b_r)`` with ``a_r = ceil(lo_r / chunk) chunk`` and ``b_r = min(M, ceil(hi_r / chunk)
+    chunk)`` (empty, ``b_r = a_r``, when no chunk starts in its shard). The spans are contiguous
+    in rank order and cover ``[0, M)``.
+
+    Args:
+        bounds: Every process's shard ``(lo_r, hi_r)`` (:func:`shard_bounds`).
+        models: ``M``.
+        chunk: Models per chunk (>= 1).
+    """
+    spans = []
+    for lo, hi in bounds:
+        a = min(models, -(-lo // chunk) * chunk)
+        b = min(models, -(-hi // chunk) * chunk) if a < hi else a
+        spans.append((a, b))
+    return spans
+
+
+def prefix_lengths(bounds: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int]:
+    """Rows at the start of each shard that earlier processes' spans (:func:`chunk_spans`) reach into:
+    ``p_q = max(0, min(hi_q, max_{r < q} b_r) - lo_q)`` (fewer than ``chunk`` per boundary)."""
+    out, reach = [], 0
+    for (lo, hi), (_, b) in zip(bounds, spans, strict=True):
+        out.append(max(0, min(hi, reach) - lo))
+        reach = max(reach, b)
+    return out

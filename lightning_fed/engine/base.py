@@ -359,6 +359,12 @@ class Engine(ABC):
     def get_params(self) -> dict[str, Tensor]:
         """Stacked parameters ``{name: [C, ...]}`` in center order (a copy)."""
 
+    def replay_params(self) -> dict[str, Tensor]:
+        """The rows the aggregation reads (a copy): :meth:`get_params` here; a multi-process engine
+        gives other processes' rows as the wire delivers them
+        (:class:`~lightning_fed.distributed.ShardedEngine`)."""
+        return self.get_params()
+
     @abstractmethod
     def set_params(self, params: dict[str, Tensor]) -> None:
         """Overwrite the parameters (optimizer states are kept)."""
@@ -395,6 +401,11 @@ class Engine(ABC):
         """Restore :meth:`state_dict`."""
 
     @torch.no_grad()
+    def predict_current(self, x: Tensor, chunk: int = 64) -> Tensor:
+        """Logits ``[C, n]`` of the engine's current models (:meth:`get_params`) on their own inputs
+        ``[C, n, F]``; a multi-process engine needs no other process's rows for it."""
+        return self.predict(self.get_params(), x, chunk)
+
     def predict(self, params: dict[str, Tensor], x: Tensor, chunk: int = 64) -> Tensor:
         """Logits ``[C, n]`` of ``C`` stacked models on their own padded inputs ``[C, n, F]`` (eval mode)."""
         self.module.eval()

@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from lightning_fed.algorithms import ABPS, FedAvg
+from lightning_fed.algorithms import ABPS, DFedAvgM, FedAvg
 from lightning_fed.callbacks import Callback
-from lightning_fed.comm import BFloat16Hook, Wire
+from lightning_fed.comm import BFloat16Hook, NormBound, Wire
 from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
@@ -47,12 +47,19 @@ class Record(Callback):
         )
 
 
-#: Each run: its algorithm, wire hook (None: identity) and extra trainer settings. ``fedavg_sampled``
-#: trains 20 of the 67 centers a round (client sampling: each rank trains its shard's sampled ones).
-RUNS: dict[str, tuple[type, type | None, dict[str, Any]]] = {
-    "fedavg": (FedAvg, None, {}),
-    "abps": (ABPS, BFloat16Hook, {}),
-    "fedavg_sampled": (FedAvg, None, {"centers_per_round": 20}),
+#: Each run: its algorithm, wire hook (None: identity), extra trainer settings and the wire's NormBound
+#: settings (None: none). ``fedavg_sampled`` trains 20 of the 67 centers a round (client sampling: each rank
+#: trains its shard's sampled ones); ``fedavg_bf16`` is the same run on a bfloat16 wire. It and
+#: ``dfedavgm_bf16`` (with a NormBound) exchange the trained rows in bfloat16 (methods audited to need
+#: only each receiver's own rows); ABPS's rows cross in float32.
+RUNS: dict[str, tuple[type, type | None, dict[str, Any], dict[str, Any] | None]] = {
+    "fedavg": (FedAvg, None, {}, None),
+    "abps": (ABPS, BFloat16Hook, {}, None),
+    "fedavg_sampled": (FedAvg, None, {"centers_per_round": 20}, None),
+    "fedavg_bf16": (FedAvg, BFloat16Hook, {"centers_per_round": 20}, None),
+    # a tight clipping bound: most messages are clipped by a factor of the round's median update,
+    # which every process must compute from the owners' update norms to get the same bits
+    "dfedavgm_bf16": (DFedAvgM, BFloat16Hook, {}, {"max_update_ratio": 1.05, "mode": "clip"}),
 }
 
 
@@ -60,7 +67,7 @@ def run_one(fabric: Fabric, name: str) -> dict[str, Any]:
     """One federation of :data:`RUNS`, ``ROUNDS`` rounds."""
     record = Record()
     fabric._callbacks = [record]
-    algorithm, hook, extra = RUNS[name]
+    algorithm, hook, extra, bound = RUNS[name]
     fed = Federation(
         make_federation(SIZES),
         MortalityMLP(hidden=(16, 8), dropout=0.2),
@@ -68,9 +75,12 @@ def run_one(fabric: Fabric, name: str) -> dict[str, Any]:
         TrainerConfig(rounds=ROUNDS, local_epochs=2, batch_size=16, **extra),
         fabric=fabric,
         seed=7,
-        wire=Wire(hook=None if hook is None else hook()),
+        wire=Wire(
+            hook=None if hook is None else hook(), norm_bound=None if bound is None else NormBound(**bound)
+        ),
     )
     summary = fed.fit()
+    timer = getattr(fed.engine, "timer", None)
     return {
         "summary": {k: v for k, v in summary.items() if k != "wall_seconds"},
         "rounds": record.rounds,
@@ -78,7 +88,20 @@ def run_one(fabric: Fabric, name: str) -> dict[str, Any]:
         "ledger": fed.wire.ledger.table(),
         "state": fed.state_dict(),
         "collective_seconds": fed.collective_seconds,
+        # bytes this process contributed to collectives, by dtype (none in one process)
+        "sent": {} if timer is None else {what: dict(book) for what, book in timer.sent.items()},
+        "gather_note": getattr(fed.engine, "gather_note", ""),
+        "merge_check": _merge_check(fed),
     }
+
+
+def _merge_check(fed: Federation) -> list[int] | None:
+    """Each process offers its rank for every center; the merge must return each center's owner."""
+    engine = fed.engine
+    if not hasattr(engine, "merge_by_owner"):
+        return None
+    centers = torch.tensor([5, -1, 60, 0, 40])
+    return engine.merge_by_owner(torch.full((5,), float(fed.fabric.global_rank)), centers).tolist()
 
 
 def run_all(fabric: Fabric) -> dict[str, dict[str, Any]]:

@@ -49,7 +49,7 @@ def single() -> dict[str, Any]:
     return run_all(Fabric(accelerator="cpu", devices=1))
 
 
-@pytest.mark.parametrize("method", ["fedavg", "abps", "fedavg_sampled"])
+@pytest.mark.parametrize("method", ["fedavg", "abps", "fedavg_sampled", "fedavg_bf16", "dfedavgm_bf16"])
 def test_two_processes_equal_one_process(
     ranks: list[dict[str, Any]], single: dict[str, Any], method: str
 ) -> None:
@@ -79,6 +79,36 @@ def test_two_processes_equal_one_process(
         assert got["collective_seconds"] > 0
     assert single["abps"]["rounds"][-1]["partners"] != [[] for _ in SIZES]  # ABPS did exchange
     assert single["fedavg"]["collective_seconds"] == 0.0
+
+
+def test_bf16_wire_exchanges_bf16_rows(ranks: list[dict[str, Any]], single: dict[str, Any]) -> None:
+    """Issue 28: with ``comm: BFloat16Hook`` the trained rows cross between the processes in bfloat16
+    (the wire's dtype: lossless for the messages, and each process keeps its own shard exact): half
+    the bytes of the same run on a float32 wire (the logits, the rows that complete a prediction
+    chunk, the per-receiver norms and the final state cross in their own dtypes). The results are
+    the one-process results bit for bit (:func:`test_two_processes_equal_one_process`). ABPS, whose
+    Shapley credits read every receiver's model, still exchanges float32 rows and says why."""
+    for rank in ranks:
+        for method in ("fedavg_bf16", "dfedavgm_bf16"):
+            assert "bfloat16" in rank[method]["gather_note"], rank[method]["gather_note"]
+            assert set(rank[method]["sent"]["rows"]) == {"torch.bfloat16"}, rank[method]["sent"]
+        assert set(rank["fedavg_sampled"]["sent"]["rows"]) == {"torch.float32"}
+        # 2 bytes per parameter instead of 4 (plus the bit-cast losses and flags: 262 x 2 vs 260 x 4)
+        bf16 = rank["fedavg_bf16"]["sent"]["rows"]["torch.bfloat16"]
+        fp32 = rank["fedavg_sampled"]["sent"]["rows"]["torch.float32"]
+        assert 0.5 < bf16 / fp32 < 0.52, (bf16, fp32)
+        assert set(rank["abps"]["sent"]["rows"]) == {"torch.float32"}
+        assert "not audited" in rank["abps"]["gather_note"], rank["abps"]["gather_note"]
+    assert single["fedavg_bf16"]["sent"] == {}  # one process: nothing crosses
+
+
+def test_merge_takes_each_value_from_its_owner(ranks: list[dict[str, Any]]) -> None:
+    """Every process offers its rank for centers 5, -1 (the server's id), 60, 0, 40; the merge
+    returns the shard owner's value (67 centers: rank 0 trains 0-32, rank 1 33-66, as the shards
+    balanced by steps give) and keeps the local value where no process owns the id."""
+    for r, rank in enumerate(ranks):
+        bounds_of = rank["dfedavgm_bf16"]["merge_check"]
+        assert bounds_of == [0.0, float(r), 1.0, 0.0, 1.0], bounds_of
 
 
 def test_cli_fit_on_two_processes_equals_one(tmp_path: Path) -> None:

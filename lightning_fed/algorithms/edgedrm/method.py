@@ -21,7 +21,7 @@ computes the edge terms from the exact endpoint values. Potentials and counts li
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -78,6 +78,10 @@ class EdgeDRM(DFedAvgM):
             ``topology``). Stage II and referral need a fixed graph, so the selector must have one
             (:attr:`~lightning_fed.selection.PartnerSelector.graph`).
     """
+
+    #: Audited (:meth:`Algorithm.replay_blocker`): stage I is DFedAvgM's gossip; stage II
+    #: starts from the full-precision rows.
+    owner_rows_suffice: ClassVar[bool] = True
 
     def __init__(
         self,
