@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-from types import SimpleNamespace
-
 import pytest
-import torch
 
 from lightning_fed.algorithms import Centralized, FedAvg
 from lightning_fed.distributed import shard_bounds
@@ -15,6 +11,7 @@ from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
+from tests.distributed.fakes import two_ranks
 
 
 def test_equal_costs_split_evenly_and_unevenly() -> None:
@@ -38,22 +35,10 @@ def test_fewer_models_than_processes_is_an_error() -> None:
         shard_bounds([1, 1], 3)
 
 
-def _two_ranks() -> SimpleNamespace:
-    """What the federation reads from a launched 2-process Fabric before its first collective."""
-    return SimpleNamespace(
-        world_size=2,
-        global_rank=0,
-        is_global_zero=True,
-        device=torch.device("cpu"),
-        autocast=nullcontext,
-        strategy=SimpleNamespace(precision=SimpleNamespace(precision="32-true")),
-    )
-
-
 def test_rank_without_a_center_fails_before_training() -> None:
     """Centralized trains one model: on 2 processes one rank would have nothing to train."""
     with pytest.raises(ValueError, match="a process would train no center"):
-        Federation(make_federation([20, 30]), MortalityMLP(hidden=(4,)), Centralized(), fabric=_two_ranks())
+        Federation(make_federation([20, 30]), MortalityMLP(hidden=(4,)), Centralized(), fabric=two_ranks())
 
 
 def test_sequential_engine_cannot_be_sharded() -> None:
@@ -62,5 +47,5 @@ def test_sequential_engine_cannot_be_sharded() -> None:
         ValueError, match=r"trainer.engine: SequentialEngine .*use lightning_fed.engine.PackedEngine"
     ):
         Federation(
-            make_federation([20, 30]), MortalityMLP(hidden=(4,)), FedAvg(), trainer, fabric=_two_ranks()
+            make_federation([20, 30]), MortalityMLP(hidden=(4,)), FedAvg(), trainer, fabric=two_ranks()
         )

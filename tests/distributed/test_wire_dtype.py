@@ -8,7 +8,6 @@ owner merge and the byte book.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from types import SimpleNamespace
 
 import pytest
@@ -23,6 +22,7 @@ from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
+from tests.distributed.fakes import two_ranks
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64])
@@ -83,25 +83,10 @@ def test_unaudited_methods_say_why(method: object, reason: str) -> None:
     assert reason in method.replay_blocker()
 
 
-def _two_ranks() -> SimpleNamespace:
-    """A 2-process Fabric as the federation sees it at construction; its all_gather repeats the
-    local block (construction needs the shapes only)."""
-    return SimpleNamespace(
-        world_size=2,
-        global_rank=0,
-        is_global_zero=True,
-        device=torch.device("cpu"),
-        autocast=nullcontext,
-        strategy=SimpleNamespace(precision=SimpleNamespace(precision="32-true")),
-        all_gather=lambda t: torch.stack([t, t]),
-        call=lambda *args, **kwargs: None,
-    )
-
-
 def _federation(algorithm: object, wire: Wire) -> Federation:
     data = make_federation([20, 30, 25, 18, 22, 27])
     trainer = TrainerConfig(rounds=3, batch_size=8)
-    return Federation(data, MortalityMLP(hidden=(4,)), algorithm, trainer, fabric=_two_ranks(), wire=wire)
+    return Federation(data, MortalityMLP(hidden=(4,)), algorithm, trainer, fabric=two_ranks(), wire=wire)
 
 
 def test_bf16_wire_and_an_audited_method_gather_in_bf16() -> None:
