@@ -105,7 +105,8 @@ def pick_owned(
     if fabric.world_size == 1 or not len(values):
         return values
     start = time.perf_counter()
-    local = values.contiguous()
+    # on the collective's device (NCCL gathers CUDA tensors only; the norms live on the CPU)
+    local = values.contiguous().to(getattr(fabric, "device", values.device))
     gathered = fabric.all_gather(local)  # [W, K]
     if timer is not None:
         timer.add(time.perf_counter() - start, local, "owner values")
@@ -113,4 +114,4 @@ def pick_owned(
     out = local.clone()
     owned = torch.nonzero(owners >= 0).reshape(-1)
     out[owned] = gathered[owners[owned], owned]
-    return out
+    return out.to(values.device)
