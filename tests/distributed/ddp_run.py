@@ -15,13 +15,14 @@ from typing import Any
 import torch
 from lightning.fabric import Fabric
 
-from lightning_fed.algorithms import ABPS, DFedAvgM, FedAvg
+from lightning_fed.algorithms import ABPS, DFedAvgM, EdgeDRM, FedAvg
 from lightning_fed.callbacks import Callback
 from lightning_fed.comm import BFloat16Hook, NormBound, Wire
 from lightning_fed.federation import Federation
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import TrainerConfig
 from tests.conftest import make_federation
+from tests.referral.toy import ToyModule
 
 #: 67 centers of very different sizes: uneven shards on 2 processes, and more than one chunk of 64
 #: models in every evaluation, so the ranks split the predictions too.
@@ -60,7 +61,13 @@ RUNS: dict[str, tuple[type, type | None, dict[str, Any], dict[str, Any] | None]]
     # a tight clipping bound: most messages are clipped by a factor of the round's median update,
     # which every process must compute from the owners' update norms to get the same bits
     "dfedavgm_bf16": (DFedAvgM, BFloat16Hook, {}, {"max_update_ratio": 1.05, "mode": "clip"}),
+    # stage I on bf16 rows, then stage II (encoder consensus and heads) from the exact rows
+    "edgedrm_bf16": (EdgeDRM, BFloat16Hook, {}, None),
 }
+
+#: Runs whose model or method settings are not the defaults (EdgeDRM refits a ``head``).
+MODELS = {"edgedrm_bf16": lambda: ToyModule(num_features=6, dim=4)}
+ALGORITHM_ARGS: dict[str, dict[str, Any]] = {"edgedrm_bf16": {"stage2_epochs": 3, "consensus_steps": 1}}
 
 
 def run_one(fabric: Fabric, name: str) -> dict[str, Any]:
@@ -70,8 +77,8 @@ def run_one(fabric: Fabric, name: str) -> dict[str, Any]:
     algorithm, hook, extra, bound = RUNS[name]
     fed = Federation(
         make_federation(SIZES),
-        MortalityMLP(hidden=(16, 8), dropout=0.2),
-        algorithm(),
+        MODELS.get(name, lambda: MortalityMLP(hidden=(16, 8), dropout=0.2))(),
+        algorithm(**ALGORITHM_ARGS.get(name, {})),
         TrainerConfig(rounds=ROUNDS, local_epochs=2, batch_size=16, **extra),
         fabric=fabric,
         seed=7,
