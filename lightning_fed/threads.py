@@ -173,23 +173,28 @@ def apply_threads(choice: ThreadChoice) -> ThreadChoice:
 
 
 @contextmanager
-def process_threads() -> Iterator[None]:
-    """Run the block at the thread count torch had before any fit of this process changed it.
+def process_threads(threads: int | None = None) -> Iterator[None]:
+    """Run the block at ``threads`` torch threads, or (None) at the count torch had before any fit
+    of this process changed it.
 
     Data sources are built at that count: a ``fit`` builds its data before :func:`apply_threads`
     runs, and some builds depend on the thread count in their last bits (the Fashion-MNIST colour
     transforms' elementwise ``pow`` rounds the elements at a thread's chunk boundary through another
     code path), so a process that builds a second run after a fit set its threads (``refer``
     loading its ``--baselines``, a notebook) would build other data than that run's fit did, and the
-    data fingerprint refuses it. Outside this process's first fit it is a no-op.
+    data fingerprint refuses it. A run folder's checkpoint records the count its fit built the data
+    at (``data_threads``); ``refer``, ``evaluate --run-dir`` and ``fit --resume`` pass it as
+    ``threads``, so a process with another count (another machine) rebuilds the same data. With
+    ``threads`` None, outside this process's first fit it is a no-op.
     """
     import torch
 
     before = torch.get_num_threads()
-    if _PROCESS_THREADS is None or before == _PROCESS_THREADS:
+    wanted = _PROCESS_THREADS if threads is None else threads
+    if wanted is None or before == wanted:
         yield
         return
-    torch.set_num_threads(_PROCESS_THREADS)
+    torch.set_num_threads(wanted)
     try:
         yield
     finally:

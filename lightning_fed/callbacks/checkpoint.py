@@ -68,6 +68,9 @@ class Checkpoint(Callback):
             "fingerprint": self.fingerprint,
             "config": self.config,
             "data_fingerprint": data_fingerprint(federation.data),
+            # torch's thread count when the data were built (some sources round differently at
+            # another count): what a resume or a re-test rebuilds the data at
+            "data_threads": getattr(federation, "data_threads", None),
         }
         if federation.fabric.is_global_zero:
             save_torch(self.path, state)
@@ -79,14 +82,19 @@ class Checkpoint(Callback):
     def on_fit_end(self, federation: Any, summary: dict[str, Any]) -> None:
         self._save(federation)
 
-    def restore(self, federation: Any) -> int:
+    def restore(self, federation: Any, state: dict[str, Any] | None = None) -> int:
         """Load ``path`` into ``federation`` and the stateful observers; returns the round reached.
+
+        Args:
+            federation: The federation built from the run's config, its data built at the
+                checkpoint's ``data_threads`` (:func:`lightning_fed.commands.common.build_federation`).
+            state: The checkpoint as :func:`read_checkpoint` read it already (None: read ``path``).
 
         Raises:
             ValueError: One line naming the file, if it is truncated, corrupt, unsafe, foreign, or
                 holds state that does not fit this federation (another model or number of centers).
         """
-        state = read_checkpoint(self.path)
+        state = read_checkpoint(self.path) if state is None else state
         saved, built = state.get("data_fingerprint"), data_fingerprint(federation.data)
         if saved is None:
             print(
@@ -95,11 +103,8 @@ class Checkpoint(Callback):
                 file=sys.stderr,
             )
         elif saved != built:
-            raise ValueError(
-                f"checkpoint {self.path} was trained on other data (data fingerprint {saved}, the data built "
-                f"now {built}): the source's files or their contents changed since the fit; restore them, "
-                "or start a new run"
-            )
+            why = _data_mismatch(state, federation, saved, built)
+            raise ValueError(f"checkpoint {self.path} was trained on other data ({why}")
         callbacks = state.get("callbacks", [])
         if len(callbacks) != len(self.stateful):
             raise ValueError(
@@ -116,3 +121,20 @@ class Checkpoint(Callback):
                 "by another config"
             ) from None
         return federation.round
+
+
+def _data_mismatch(state: Mapping[str, Any], federation: Any, saved: str, built: str) -> str:
+    """Why the data fingerprints differ, and the fix (the rest of the refusal's one line)."""
+    threads = getattr(federation, "data_threads", None)
+    if state.get("data_threads") is None and threads is not None:
+        return (
+            f"data fingerprint {saved}, the data built now at {threads} torch thread(s) {built}): the "
+            "source's files changed since the fit, or the fit built them at another thread count (this "
+            "checkpoint predates recording it; some sources round differently per count): restore the "
+            "files, or call torch.set_num_threads(N) with the fit's count (its machine's cores) before "
+            "loading, or start a new run"
+        )
+    return (
+        f"data fingerprint {saved}, the data built now {built}): the source's files or their contents "
+        "changed since the fit; restore them, or start a new run"
+    )

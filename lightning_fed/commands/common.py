@@ -81,8 +81,16 @@ def pop_flag(argv: list[str], flag: str) -> tuple[list[str], bool]:
     return [a for a in argv if a != flag], flag in argv
 
 
-def build_federation(init: Any, fabric: Any) -> Any:
-    """Build the data and the federation; bad data or model settings end here with one clear line."""
+def build_federation(init: Any, fabric: Any, data_threads: int | None = None) -> Any:
+    """Build the data and the federation; bad data or model settings end here with one clear line.
+
+    The data are built at ``data_threads`` torch threads (a run folder's checkpoint records the count
+    its fit built them at), or (None) at this process's own count
+    (:func:`lightning_fed.threads.process_threads`); the federation's ``data_threads`` says which,
+    and its checkpoints record it.
+    """
+    import torch
+
     from lightning_fed.federation import Federation
     from lightning_fed.fit_parser import wire_from
     from lightning_fed.metrics.torchmetrics_per_center import resolve_metrics
@@ -97,8 +105,9 @@ def build_federation(init: Any, fabric: Any) -> Any:
         wire = wire_from(init)
         if wire.faults is not None:  # a plan that never acts fails before the data (also in Federation)
             wire.faults.check_rounds(init.trainer.rounds)
-        with process_threads():  # the thread count the run's fit built its data at
+        with process_threads(data_threads):  # the thread count the run's fit built its data at
             data = init.data.build(init.seed)
+            built_at = torch.get_num_threads()
         mark("data")
         settings = getattr(init, "evaluation", None)  # evaluation.holdout_centers (lightning_fed.holdout)
         data, held_out = (data, None) if settings is None else settings.split(data, init.seed)
@@ -115,6 +124,7 @@ def build_federation(init: Any, fabric: Any) -> Any:
             metrics=metrics,
         )
         federation.held_out = held_out
+        federation.data_threads = built_at
         mark("federation")
         return federation
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
@@ -136,6 +146,7 @@ def load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
     from lightning_fed.callbacks import Checkpoint
     from lightning_fed.fit_parser import fit_parser
     from lightning_fed.runfolder.session import RunFolderError, check_config
+    from lightning_fed.runfolder.state import read_checkpoint
 
     parser = fit_parser()
     cfg = parser.parse_args(["--config", str(run_dir / "config.yaml")])
@@ -145,9 +156,13 @@ def load_run(run_dir: Path, flag: str = "--run-dir") -> Any:
     except RunFolderError as err:
         fail(str(err))
     init = instantiate(parser, cfg)
-    federation = build_federation(init, Fabric(accelerator="cpu", devices=1))
     try:
-        Checkpoint(run_dir / "checkpoint.pt").restore(federation)
+        state = read_checkpoint(run_dir / "checkpoint.pt")
+    except ValueError as err:
+        fail(f"{flag} {run_dir}: {err}")
+    federation = build_federation(init, Fabric(accelerator="cpu", devices=1), state.get("data_threads"))
+    try:
+        Checkpoint(run_dir / "checkpoint.pt").restore(federation, state)
     except ValueError as err:
         fail(f"{flag} {run_dir}: {err}")
     return federation

@@ -98,6 +98,7 @@ def _build_run(
         RoundsWriter,
     )
     from lightning_fed.io import write_text
+    from lightning_fed.runfolder.state import read_checkpoint
 
     extra = list(init.callbacks or [])
     for callback in extra:
@@ -119,10 +120,16 @@ def _build_run(
     marks = startup_marks()  # the debug timing hook's observers (none unless it is on)
     fabric = _fabric(init.fabric, [*marks[:1], *callbacks, *extra, *marks[1:]], loggers)
     mark("fabric")
-    federation = build_federation(init, fabric)
-    if resume is not None:
+    state = None
+    if resume is not None:  # read first: the data are rebuilt at the thread count the fit built them at
         try:
-            start = checkpoint.restore(federation)
+            state = read_checkpoint(checkpoint.path)
+        except ValueError as err:
+            fail(f"--resume {run_dir}: {err}")
+    federation = build_federation(init, fabric, None if state is None else state.get("data_threads"))
+    if state is not None:
+        try:
+            start = checkpoint.restore(federation, state)
         except ValueError as err:
             fail(f"--resume {run_dir}: {err}")
         if init.trainer.rounds < start:
