@@ -209,3 +209,21 @@ def test_a_run_built_after_a_fit_set_its_threads_builds_its_data_at_the_processs
         build_federation(init, None)
     assert source.threads == [2]
     assert torch.get_num_threads() == 1  # the fit's count is back after the build
+
+
+def test_the_mlp_trains_to_the_same_bits_at_one_and_two_threads() -> None:
+    """``trainer.threads``' docstring: the MLPs' batched matmuls give the same bits at any thread
+    count (a convolution's do not, which is why ``summary.json`` records the count)."""
+    before = torch.get_num_threads()
+    from lightning_fed.data import SyntheticICU
+
+    data = SyntheticICU(num_centers=40, num_stays=20000).build(0)  # batches of 128 rows at 40 centers
+    params = []
+    try:
+        for threads in (1, 2):
+            fed = Federation(data, MortalityMLP(), FedAvg(), TrainerConfig(rounds=1, threads=threads))
+            fed.fit()
+            params.append(fed.engine.get_params())
+    finally:
+        torch.set_num_threads(before)
+    assert all(torch.equal(params[0][n], params[1][n]) for n in params[0])

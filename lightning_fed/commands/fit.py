@@ -210,6 +210,8 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         versions=_package_versions(),
         config_fingerprint=fingerprint,
         data_fingerprint=data_fingerprint(federation.data),
+        threads=federation.threads.threads,  # training's torch threads (a CNN's last bits follow them)
+        data_threads=federation.data_threads,  # the data's build (some sources round per count)
     )
     setting = _setting(init)
     if setting is not None:

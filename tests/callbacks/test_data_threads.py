@@ -12,6 +12,7 @@ rebuild at it. ``ThreadSensitiveSource`` stands in for such a source: its featur
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,8 @@ def test_a_run_built_at_two_threads_loads_in_a_one_thread_process(
     torch.set_num_threads(2)  # the fit's process: its data are built at 2 threads
     run = _fit(tmp_path)
     assert read_checkpoint(run / "checkpoint.pt")["data_threads"] == 2
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["threads"], summary["data_threads"]) == (1, 2)  # training's count, the data's
     monkeypatch.setattr(threads, "_PROCESS_THREADS", None, raising=False)
     torch.set_num_threads(1)  # another process, on a 1-core machine
     federation = load_run(run)
