@@ -70,20 +70,17 @@ def final_updates(federation: object, mixed: dict[str, Tensor]) -> dict[str, dic
     from lightning_fed.types import FinishContext
 
     algo, steps = federation.algorithm, federation.algorithm.final_steps
+    fields = ("seed", "data", "module", "wire", "round")
+    ctx = FinishContext(
+        **{f: getattr(federation, f) for f in fields},
+        params=mixed,
+        device=torch.device("cpu"),
+        log=lambda scalars: None,
+    )
     out = {}
     try:
         for k in range(1, steps + 1):
             algo.final_steps = k
-            ctx = FinishContext(
-                seed=federation.seed,
-                data=federation.data,
-                module=federation.module,
-                params=mixed,
-                wire=federation.wire,
-                round=federation.round,
-                device=torch.device("cpu"),
-                log=lambda scalars: None,
-            )
             out[f"final update {k}"] = algo.finish(ctx)
     finally:
         algo.final_steps = steps
