@@ -183,7 +183,7 @@ def process_threads(threads: int | None = None) -> Iterator[None]:
     code path), so a process that builds a second run after a fit set its threads (``refer``
     loading its ``--baselines``, a notebook) would build other data than that run's fit did, and the
     data fingerprint refuses it. A run folder's checkpoint records the count its fit built the data
-    at (``data_threads``); ``refer``, ``evaluate --run-dir`` and ``fit --resume`` pass it as
+    at (``data_threads``); ``refer``, ``test --run-dir`` and ``fit --resume`` pass it as
     ``threads``, so a process with another count (another machine) rebuilds the same data. With
     ``threads`` None, outside this process's first fit it is a no-op.
     """

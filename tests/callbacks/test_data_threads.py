@@ -3,7 +3,7 @@
 Some data sources round differently in the last bit at another torch thread count (Fashion-MNIST's
 colour transforms: an elementwise ``pow`` takes another code path at each thread's chunk boundary).
 A fit builds its data at torch's count in that process (the machine's cores), so ``refer`` /
-``evaluate --run-dir`` / ``fit --resume`` in a process with another count (another machine, a
+``test --run-dir`` / ``fit --resume`` in a process with another count (another machine, a
 notebook that set its threads) rebuilt other data, and the data fingerprint refused the run as if
 its files had changed. The checkpoint now records the count (``data_threads``) and those commands
 rebuild at it. ``ThreadSensitiveSource`` stands in for such a source: its features move by
