@@ -81,6 +81,17 @@ def pop_flag(argv: list[str], flag: str) -> tuple[list[str], bool]:
     return [a for a in argv if a != flag], flag in argv
 
 
+def pooled_text(summary: dict[str, Any]) -> str:
+    """The end-of-run line's pooled part: ``pooled 0.8123``, or for a run without a pooled AUROC (a
+    multi-class model, or one class over every center) ``pooled n/a, accuracy 0.8236``."""
+    import math
+
+    pooled = summary["test_auroc_pooled"]
+    if math.isfinite(pooled):
+        return f"pooled {pooled:.4f}"
+    return f"pooled n/a, accuracy {summary['test_accuracy_mean']:.4f}"
+
+
 def build_federation(init: Any, fabric: Any, data_threads: int | None = None) -> Any:
     """Build the data and the federation; bad data or model settings end here with one clear line.
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.commands.common import load_run
+from lightning_fed.commands.common import load_run, pooled_text
 from lightning_fed.processes import fail
 
 __all__ = ["test"]
@@ -55,6 +55,6 @@ def test(argv: Sequence[str]) -> dict[str, Any]:
     print(
         f"test: {run_dir} | round {summary['rounds']} | test AUROC {summary['test_auroc_mean']:.4f} "
         f"+/- {summary['test_auroc_std']:.4f} ({summary['test_auroc_undefined']} undefined) | "
-        f"pooled {summary['test_auroc_pooled']:.4f}"
+        f"{pooled_text(summary)}"
     )
     return summary

@@ -6,7 +6,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lightning_fed.commands.common import build_federation, configs_first, dump_config, instantiate, pop_flag
+from lightning_fed.commands.common import (
+    build_federation,
+    configs_first,
+    dump_config,
+    instantiate,
+    pooled_text,
+    pop_flag,
+)
 from lightning_fed.processes import fail
 from lightning_fed.startup import logger_enabled_hint, mark, preimport_wandb, startup_marks
 
@@ -233,8 +240,8 @@ def _train(init: Any, federation: Any, loggers: list[Any], fingerprint: str, run
         f"done: {summary['rounds']} rounds, {summary['num_centers']} centers | "
         f"test AUROC {summary['test_auroc_mean']:.4f} +/- {summary['test_auroc_std']:.4f} "
         f"({summary['test_auroc_undefined']} undefined, {summary['test_auroc_fragile']} fragile), robust "
-        f"{summary['test_auroc_robust']:.4f} ({summary['test_auroc_robust_centers']} centers), pooled "
-        f"{summary['test_auroc_pooled']:.4f} | "
+        f"{summary['test_auroc_robust']:.4f} ({summary['test_auroc_robust_centers']} centers), "
+        f"{pooled_text(summary)} | "
         f"{summary['total_mb']:.1f} MB sent | {summary['wall_seconds']:.1f} s | {run_dir}/summary.json"
     )
     if summary.get("all_diverged_rounds"):  # the model never (or seldom) trained: say so last
