@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import ArgumentParser, Namespace
+from jsonargparse import Namespace
 
+from lightning_fed.commands.parser import CommandParser
 from lightning_fed.processes import fail
 
 __all__ = ["WIRE_ALIASES", "FitParser", "fit_parser", "fold_wire_aliases", "wire_from"]
@@ -147,68 +148,17 @@ def wire_from(init: Any) -> Any:
     )
 
 
-#: Lines of jsonargparse's error tree that say how it searched, not what is wrong.
-_PARSE_NOISE = (
-    "Does not validate against any of the Union subtypes",
-    "Subtypes:",
-    "Errors:",
-    "Given value type:",
-    "Given value:",
-    "Expected a <class 'NoneType'>",
-)
-
-
-def parse_error_line(message: str) -> str | None:
-    """jsonargparse's multi-line error as one line naming the key, or None when it has another form.
-
-    ``Parser key "trainer.lr_schedule": ... Problem with given class_path 'lightning_fed.engine.Cosine':
-    the following arguments are required: horizon`` (a tree of Union alternatives) becomes
-    ``trainer.lr_schedule: class_path 'lightning_fed.engine.Cosine': the following arguments are
-    required: horizon (...)``; the alternatives that only say the value is not None or not a config
-    file path are left out. ``unrecognized arguments: --x`` becomes one line too.
-    """
-    import re
-
-    unknown = re.match(r"unrecognized arguments: (.+)", message.strip(), re.S)
-    if unknown:
-        given = " ".join(unknown.group(1).split())
-        return f"unknown option(s) {given}: 'lightning-fed fit --help' lists every config key"
-    keyed = re.match(r'Parser key "([^"]+)":(.*)', message.strip(), re.S)
-    if keyed is None:
-        return None
-    key, tree = keyed.groups()
-    reasons = []
-    for raw in tree.splitlines():
-        line = raw.strip().lstrip("-").strip()
-        if not line or line.startswith(_PARSE_NOISE):
-            continue
-        if line.startswith("Expected a path but") and "not accessible or invalid" in line:
-            continue  # the config-file alternative of a class-typed key
-        reasons.append(line.replace("Problem with given class_path", "class_path"))
-    if not reasons:
-        return None
-    return f"{key}: {' '.join(reasons)} ('lightning-fed fit --help' lists every key and its type)"
-
-
-class FitParser(ArgumentParser):
+class FitParser(CommandParser):
     """The ``fit`` parser; :meth:`parse_args` folds the deprecated wire aliases
     (:func:`fold_wire_aliases`), so every caller (``fit``, ``test``, ``refer``, ``data describe``,
     scripts) sees the ``wire`` group only."""
 
-    def error(self, message: str, ex: Exception | None = None) -> Any:
-        """End the command with one line and exit 2: the errors :mod:`lightning_fed` words itself (an
-        ``aggregator`` key on a method without one: :func:`~lightning_fed.algorithms.aggregator_key.
-        unaccepted_aggregator`), else jsonargparse's error folded into one line naming the key
-        (:func:`parse_error_line`); an error of another form is jsonargparse's as it prints it."""
-        if self.exit_on_error:
-            from lightning_fed.algorithms.aggregator_key import unaccepted_aggregator
+    def own_line(self, message: str) -> str | None:
+        """The errors :mod:`lightning_fed` words itself: an ``aggregator`` key on a method without one
+        (:func:`~lightning_fed.algorithms.aggregator_key.unaccepted_aggregator`)."""
+        from lightning_fed.algorithms.aggregator_key import unaccepted_aggregator
 
-            line = unaccepted_aggregator(message)
-            if line is None:
-                line = parse_error_line(message)
-            if line is not None:
-                fail(line)
-        return super().error(message, ex)
+        return unaccepted_aggregator(message)
 
     def parse_args(self, *args: Any, **kwargs: Any) -> Any:
         """Parse as jsonargparse does, then fold the aliases (a conflict: one line, exit 2)."""

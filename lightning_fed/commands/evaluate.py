@@ -23,14 +23,13 @@ __all__ = ["test"]
 
 def test(argv: Sequence[str]) -> dict[str, Any]:
     """``lightning-fed test --run-dir DIR``: rebuild the run from its config and re-evaluate."""
-    from jsonargparse import ArgumentParser
-
     from lightning_fed.callbacks.centers import write_centers
     from lightning_fed.callbacks.predictions import write_predictions
+    from lightning_fed.commands.parser import CommandParser
     from lightning_fed.io import write_json
     from lightning_fed.runfolder.session import RunFolder, RunFolderError
 
-    cli = ArgumentParser(prog="lightning-fed test", description="Re-evaluate a finished run directory.")
+    cli = CommandParser(prog="lightning-fed test", description="Re-evaluate a finished run directory.")
     cli.add_argument(
         "--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="a fit run folder"
     )

@@ -30,11 +30,10 @@ def split_listed(values: Sequence[str]) -> list[str]:
 def _parser() -> Any:
     from typing import Literal
 
-    from jsonargparse import ArgumentParser
-
+    from lightning_fed.commands.parser import CommandParser
     from lightning_fed.referral.routers import Router
 
-    cli = ArgumentParser(prog="lightning-fed refer", description="Referral table of an EdgeDRM run.")
+    cli = CommandParser(prog="lightning-fed refer", description="Referral table of an EdgeDRM run.")
     cli.add_argument("--run-dir", "--run_dir", dest="run_dir", type=str, required=True, help="an EdgeDRM run")
     cli.add_argument(
         "--baselines",

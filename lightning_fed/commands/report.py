@@ -22,9 +22,9 @@ def report(argv: Sequence[str]) -> dict[str, Path]:
     them), ``runs.csv`` (one row per run), ``pareto.png``, ``isolation.png`` and the referral files
     (see :func:`lightning_fed.reporting.report`).
     """
-    from jsonargparse import ArgumentParser
+    from lightning_fed.commands.parser import CommandParser
 
-    parser = ArgumentParser(
+    parser = CommandParser(
         prog="lightning-fed report",
         description=(
             "Summarize run folders into table1.md/.csv (AUROC mean ± sample SD over seeds, paired "

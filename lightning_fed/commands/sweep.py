@@ -13,9 +13,11 @@ __all__ = ["sweep"]
 
 def sweep(argv: Sequence[str]) -> dict[str, str]:
     """``lightning-fed sweep --config SWEEP.yaml``: every config x every seed, skipping finished runs."""
-    from jsonargparse import ActionConfigFile, ArgumentParser
+    from jsonargparse import ActionConfigFile
 
-    parser = ArgumentParser(prog="lightning-fed sweep", description="Run a grid of configs x seeds.")
+    from lightning_fed.commands.parser import CommandParser
+
+    parser = CommandParser(prog="lightning-fed sweep", description="Run a grid of configs x seeds.")
     parser.add_argument("--config", action=ActionConfigFile, help="sweep YAML (see lightning_fed/sweep.py)")
     parser.add_argument("--configs", type=list[str], default=[], help="fit configs, one run folder each")
     parser.add_argument(

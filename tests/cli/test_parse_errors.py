@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lightning_fed.cli import main
-from lightning_fed.fit_parser import parse_error_line
+from lightning_fed.commands.parser import parse_error_line
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "configs" / "quickstart.yaml"
 
@@ -47,5 +47,16 @@ def test_a_refused_option_is_one_line_naming_the_key(
 
 
 def test_an_error_of_another_form_is_left_to_jsonargparse() -> None:
-    assert parse_error_line("Configuration check failed") is None
+    assert parse_error_line("Configuration check failed:\n  something else") is None
     assert parse_error_line("Parser key \"seed\":\n  - Expected a <class 'NoneType'>") is None
+
+
+def test_argparses_one_line_errors_get_the_pointer_to_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["test", "--run-dir"])
+    assert exit_.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines == [
+        "lightning-fed: error: argument --run-dir/--run_dir: expected one argument "
+        "('lightning-fed test --help' lists every option)"
+    ]
