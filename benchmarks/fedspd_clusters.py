@@ -20,11 +20,13 @@ with the highest own accuracy, an oracle no client can pick without its test lab
 mixture below its best cluster says averaging the clusters' parameters costs accuracy; a final row
 below the mixture says the final updates do.
 
-The data are rebuilt from the config, so run this in the checkout the fit ran in, at torch's default
-thread count (the count a fit builds its data at, :func:`lightning_fed.threads.process_threads`; the
-data fingerprint refuses other data with a one-line error). The final updates are replayed from the
-mixture at ``--threads`` (the count the fit trained at), and the script prints whether the replay
-gives the run's final model bit for bit: the check that the mixture row is what the engine held.
+The data are rebuilt from the config, so run this in the checkout the fit ran in. A checkpoint that
+records the thread count its data were built at (``data_threads``) is rebuilt at that count; an
+older one at torch's default count here, which must be the fit's (the data fingerprint refuses other
+data with a one-line error). The final updates are replayed from the mixture at the thread count
+the fit trained at (``summary.json``'s ``threads``; ``--threads`` for a run that predates it), and
+the script prints whether the replay gives the run's final model bit for bit: the check that the
+mixture row is what the engine held.
 
 Run: ``python benchmarks/fedspd_clusters.py RUN_DIR [RUN_DIR ...] [--threads 1]``.
 """
@@ -32,6 +34,7 @@ Run: ``python benchmarks/fedspd_clusters.py RUN_DIR [RUN_DIR ...] [--threads 1]`
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -95,8 +98,8 @@ def main(argv: list[str] | None = None) -> None:
         "--threads",
         type=int,
         default=1,
-        help="torch threads for the replayed final updates: the count the fit trained at (its log's "
-        "'threads:' line), so the replay is bit-identical; default 1 (a sweep of 2 processes on 2 cores)",
+        help="torch threads for the replayed final updates of a run whose summary.json does not record "
+        "its training's count (its log's 'threads:' line); default 1 (a sweep of 2 processes on 2 cores)",
     )
     args = parser.parse_args(argv)
 
@@ -106,8 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     from lightning_fed.evaluation import evaluate
 
     for run in args.runs:
-        federation = load_run(run, flag="RUN_DIR")  # builds the data at the process's thread count
-        torch.set_num_threads(args.threads)
+        federation = load_run(run, flag="RUN_DIR")  # builds the data at the fit's (or this process's) count
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+        torch.set_num_threads(int(summary.get("threads") or args.threads))
         algo, engine = federation.algorithm, federation.engine
         if not isinstance(algo, FedSPD):
             sys.exit(f"fedspd_clusters: {run} trained {type(algo).__name__}, not FedSPD; pass a FedSPD run")
