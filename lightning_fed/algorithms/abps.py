@@ -8,7 +8,7 @@ ABPS is "exchange with the selected partners, average, credit". Each round:
    center with no partner rests and exchanges nothing;
 2. partners exchange their shared parameters over the wire, both directions of every edge
    (``2|W|`` per partnership, Eq. 2), through the one exchange path
-   (:func:`~lightning_fed.comm.exchange.peer_exchange`);
+   (:func:`~lightning_fed.comm.exchange.peer_exchange_by_receiver`, one range of receivers at a time);
 3. every center with partners replaces its shared parameters by the sample-weighted FedAvg of
    itself and what it accepted (line 25; :func:`~lightning_fed.aggregation.mixing.mix_received`
    with weights renormalized over what arrived), followed by each center's server step
@@ -66,18 +66,21 @@ descriptor carries the same noise (drawn from the seed and the center id), so it
 privacy budget. Who has published and what arrived are part of :meth:`ABPS.state_dict`, so a resumed
 run publishes exactly as an uninterrupted one.
 
-Scale (issue 17). Nothing of a round is built for all ``C^2`` pairs or all ``E`` messages at once
-beyond the accepted messages themselves: the selector keeps its posterior for the observed pairs
-only and matches a block of proposers at a time (:mod:`~lightning_fed.selection.abps.matching`);
-the peer exchange runs :func:`~lightning_fed.comm.exchange.peer_exchange` on chunks of at most
-:data:`CHUNK_BYTES` of messages (the norm test's float64 copies exist for a few rows at a time, and
-each receiver's own norm is computed once per center); the mix runs
-:func:`~lightning_fed.aggregation.mixing.mix_received` on groups of receivers with at most a chunk
-of incoming messages; the Shapley credit builds and evaluates its coalition models in chunks
-(:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`).
-Each split computes every value by the operations of the one big call, so a run is bit-identical to
-the former all-at-once implementation (compared in ``tests/algorithms/test_abps.py`` and the tests
-of :mod:`lightning_fed.selection`). Checkpoints: the posterior (and :class:`~lightning_fed.selection.
+Scale (issues 17 and 33). Nothing of a round is built for all ``C^2`` pairs or all ``E`` messages
+at once: the selector keeps its posterior for the observed pairs only and matches a block of
+proposers at a time (:mod:`~lightning_fed.selection.abps.matching`); the peer exchange sends chunks
+of at most :data:`CHUNK_BYTES` of messages (the norm test's float64 copies exist for a few rows at a
+time, and each receiver's own norm is computed once per center), and
+:func:`~lightning_fed.comm.exchange.peer_exchange_by_receiver` hands out each range of receivers as
+soon as all its messages have arrived: the range is mixed
+(:func:`~lightning_fed.aggregation.mixing.mix_received`) and credited, and its messages are dropped,
+so about two chunks of messages exist at once instead of all ``E`` accepted ones (0.7 GB at 3,680
+centers); the Shapley credit builds and evaluates its coalition models in chunks
+(:class:`~lightning_fed.selection.abps.credit.ShapleyCredit`), its TMC permutations drawn from one
+generator across the ranges. Each split computes every value by the operations of the one big call,
+so a run is bit-identical to the former all-at-once implementation (compared in
+``tests/algorithms/test_abps.py``, with the ratio test and with ``NormBound``, and the tests of
+:mod:`lightning_fed.selection`). Checkpoints: the posterior (and :class:`~lightning_fed.selection.
 abps.ScaledUCB`'s sums) are now saved sparse; a checkpoint written before issue 17, with dense
 ``[C, C]`` matrices, still loads (converted without loss), but a new checkpoint does not load into
 older code.
@@ -98,7 +101,7 @@ from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.aggregation.robust import Aggregator, aggregator_from
 from lightning_fed.algorithms.base import Algorithm
 from lightning_fed.algorithms.peers import JoinsNearestPeers
-from lightning_fed.comm.exchange import exchange, peer_exchange
+from lightning_fed.comm.exchange import exchange, peer_exchange_by_receiver
 from lightning_fed.comm.ledger import SERVER
 from lightning_fed.comm.wire import Wire
 from lightning_fed.data.center import FederatedData
@@ -281,32 +284,87 @@ class ABPS(JoinsNearestPeers, Algorithm):
         out = dict(params)
         self._book(partners, wire, shared)
         self._diagnose(partners, available)
-        got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round, max_bytes=CHUNK_BYTES)
-        src, dst = got.src, got.dst
+        mixed, (src, dst), credit, shapley_seconds = self._exchange_mix_credit(
+            ctx, params, shared, partners, wire
+        )
         partners = partner_lists(src, dst, self.num_centers)  # the accepted partners
-        t2 = t3 = time.perf_counter()
         if len(src):
-            sizes = self.n_train.to(torch.float64)
-            self_w, edge_w = renormalize(sizes, sizes[src], dst)
-            mix = self.aggregator.mix_received
-            mixed = mix(shared, got.received, dst, self_w, edge_w, max_bytes=CHUNK_BYTES)
             active = torch.tensor([bool(p) for p in partners])
             for name, own in shared.items():
                 # Without a recorded start (no local training, or a rule that reads none): own.
                 start = own if self._start is None else self._start[name].to(own.device)
                 stepped = self.server_optimizer.apply(name, start, own, mixed[name], active)
                 out[name] = self.update_momentum.apply(name, own, stepped, active)
-            t2 = time.perf_counter()
-            if self.selector.learns:
-                personal = {n: p for n, p in params.items() if n not in shared}
-                credit = self.credit(ctx, partners, shared, got.received, (src, dst), self.n_train, personal)
-                self.selector.observe(*credit)
-                if self.selector.pools_observations:
-                    book_observations(wire.ledger, ctx.round, credit[0], available)
-            t3 = time.perf_counter()
-        self._round.update(seconds_matching=t1 - t0, seconds_shapley=t3 - t2)
+        t2 = time.perf_counter()
+        if len(src) and credit is not None:
+            self.selector.observe(*credit)
+            if self.selector.pools_observations:
+                book_observations(wire.ledger, ctx.round, credit[0], available)
+        shapley_seconds += time.perf_counter() - t2
+        self._round.update(seconds_matching=t1 - t0, seconds_shapley=shapley_seconds)
         self.last_partners = partners
         return out
+
+    def _exchange_mix_credit(
+        self,
+        ctx: RoundContext,
+        params: dict[str, Tensor],
+        shared: dict[str, Tensor],
+        partners: list[list[int]],
+        wire: Wire,
+    ) -> tuple[dict[str, Tensor], tuple[Tensor, Tensor], tuple[Tensor, Tensor, Tensor] | None, float]:
+        """Exchange with the partners, mix and credit, one range of receivers at a time.
+
+        :func:`~lightning_fed.comm.exchange.peer_exchange_by_receiver` hands out each range of
+        receivers once all their messages have arrived; the range is mixed (Alg. 1 line 25) and
+        credited (Eq. 4) and its messages dropped, so no more than about two chunks of messages
+        exist at once (module docstring, "Scale"). Every row and every Shapley value is computed by
+        the operations of one call over every receiver (the mix and the weights row by row, the
+        TMC draws from one generator in ascending receiver order).
+
+        Returns:
+            The mixed shared parameters ``{name: [C, ...]}`` (meaningful where something arrived),
+            the accepted edges ``(src, dst)``, the credit ``(i, j, phi)`` (None when the selector
+            does not learn) and the seconds spent in the credit.
+        """
+        sizes = self.n_train.to(torch.float64)
+        mixed = {n: torch.empty_like(t) for n, t in shared.items()}
+        personal = {n: p for n, p in params.items() if n not in shared}
+        learns = self.selector.learns
+        generator = self.credit.generator(ctx) if learns else None
+        accepted: list[tuple[Tensor, Tensor]] = []
+        credits: list[tuple[Tensor, Tensor, Tensor]] = []
+        seconds = 0.0
+        src, dst = partner_edges(partners)
+        for lo, hi, got in peer_exchange_by_receiver(
+            wire, shared, src, dst, ctx.round, max_bytes=CHUNK_BYTES
+        ):
+            local = got.dst - lo
+            self_w, edge_w = renormalize(sizes[lo:hi], sizes[got.src], local)
+            rows = {n: t[lo:hi] for n, t in shared.items()}
+            part = self.aggregator.mix_received(
+                rows, got.received, local, self_w, edge_w, max_bytes=CHUNK_BYTES
+            )
+            for name, t in part.items():
+                mixed[name][lo:hi] = t
+            accepted.append((got.src, got.dst))
+            if learns and len(got.src):
+                t0 = time.perf_counter()
+                group = partner_lists(got.src, got.dst, self.num_centers)
+                edges = (got.src, got.dst)
+                credits.append(
+                    self.credit(ctx, group, shared, got.received, edges, self.n_train, personal, generator)
+                )
+                seconds += time.perf_counter() - t0
+            del got, part
+        src, dst = (torch.cat(column) for column in zip(*accepted, strict=True))
+        if not learns:
+            return mixed, (src, dst), None, seconds
+        if not credits:
+            empty = torch.zeros(0, dtype=torch.int64)
+            return mixed, (src, dst), (empty, empty, torch.zeros(0, dtype=torch.float64)), seconds
+        credit = tuple(torch.cat(column) for column in zip(*credits, strict=True))
+        return mixed, (src, dst), credit, seconds  # type: ignore[return-value]
 
     def _select(self, round_idx: int, available: Tensor) -> list[list[int]]:
         """The selector's partner sets, restricted to the available centers."""

@@ -16,7 +16,7 @@ and DisPFL (sparse values and packed masks).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +24,7 @@ from torch import Tensor
 
 from lightning_fed.comm.wire import Wire, message_norms
 
-__all__ = ["Delivery", "exchange", "peer_exchange", "rows", "rows_per_chunk"]
+__all__ = ["Delivery", "exchange", "peer_exchange", "peer_exchange_by_receiver", "rows", "rows_per_chunk"]
 
 
 @dataclass(frozen=True)
@@ -158,6 +158,87 @@ def peer_exchange(
         del got
     src_acc, dst_acc, accepted = (torch.cat(column) for column in zip(*parts, strict=True))
     return Delivery({n: t[:filled] for n, t in received.items()}, src_acc, dst_acc, accepted)
+
+
+def peer_exchange_by_receiver(
+    wire: Wire,
+    shared: dict[str, Tensor],
+    src: Tensor,
+    dst: Tensor,
+    round_idx: int,
+    max_bytes: int | None = None,
+) -> Iterator[tuple[int, int, Delivery]]:
+    """:func:`peer_exchange` of receiver-major edges, handed out by ranges of receivers as they complete.
+
+    The edges are sent in the same :func:`exchange` calls as :func:`peer_exchange` makes (chunks of
+    at most ``max_bytes`` of messages, in edge order), so everything a call decides (the wire's
+    faults, the norm test's per-call medians, the ledger) is the same. After each call, the
+    receivers all of whose edges have been sent, ``[lo, hi)``, are yielded with their accepted
+    messages (in send order), and those messages are then dropped: at most one call's messages, plus
+    the earlier messages of the receiver a call boundary splits, exist at once, instead of every
+    accepted message of the round (``E x |W|``: 0.7 GB for ABPS at 3,680 centers, issue 33). The
+    ranges are ascending and cover every center, a receiver without an edge included (its range
+    has an empty delivery); concatenated, the deliveries are :func:`peer_exchange`'s.
+
+    Args:
+        wire: The wire.
+        shared: Every center's stacked shared parameters ``{name: [C, ...]}``.
+        src: Senders ``[E]``.
+        dst: Receivers ``[E]``, non-decreasing (as :func:`~lightning_fed.selection.base.partner_edges`
+            gives them).
+        round_idx: The round.
+        max_bytes: Most bytes of messages per :func:`exchange` call (None: one call).
+
+    Yields:
+        ``(lo, hi, delivery)``: receivers ``lo <= i < hi`` and the accepted messages to them
+        (``delivery.accepted`` covers the messages sent to them).
+
+    Raises:
+        ValueError: If ``dst`` is not receiver-major (non-decreasing).
+    """
+    src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
+    if len(dst) > 1 and bool((dst[1:] < dst[:-1]).any()):
+        raise ValueError("peer_exchange_by_receiver: dst must be non-decreasing (receiver-major edges)")
+    num_centers = int(next(iter(shared.values())).shape[0]) if shared else 0
+    if not len(src):
+        yield 0, num_centers, exchange(wire, rows(shared, src), src, dst, round_idx)
+        return
+    chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
+    own = message_norms(shared)  # once per center, as peer_exchange
+    pending: list[tuple[Delivery, Tensor]] = []  # (delivery, receivers of every message sent)
+    lo = 0
+    for start in range(0, len(src), chunk):
+        s, d = src[start : start + chunk], dst[start : start + chunk]
+        pending.append((exchange(wire, rows(shared, s), s, d, round_idx, own=own.index_select(0, d)), d))
+        hi = int(dst[start + chunk]) if start + chunk < len(src) else num_centers
+        if hi > lo:
+            done, pending = _split_deliveries(pending, hi)
+            yield lo, hi, done
+            lo = hi
+
+
+def _split_deliveries(
+    parts: list[tuple[Delivery, Tensor]], hi: int
+) -> tuple[Delivery, list[tuple[Delivery, Tensor]]]:
+    """The messages of ``parts`` to receivers below ``hi`` as one :class:`Delivery` (in order), and
+    the rest, still as ``(delivery, receivers sent to)`` parts."""
+    if len(parts) == 1:  # no receiver was split by the previous call: nothing to copy
+        ((whole, sent),) = parts
+        received, src, dst, accepted = whole.received, whole.src, whole.dst, whole.accepted
+    else:
+        received = {n: torch.cat([p.received[n] for p, _ in parts]) for n in parts[0][0].received}
+        src = torch.cat([p.src for p, _ in parts])
+        dst = torch.cat([p.dst for p, _ in parts])
+        accepted = torch.cat([p.accepted for p, _ in parts])
+        sent = torch.cat([d for _, d in parts])
+    n_in, n_sent = int((dst < hi).sum()), int((sent < hi).sum())  # both receiver-major
+    done = Delivery({n: t[:n_in] for n, t in received.items()}, src[:n_in], dst[:n_in], accepted[:n_sent])
+    if n_sent == len(sent):
+        return done, []
+    rest = Delivery(
+        {n: t[n_in:].clone() for n, t in received.items()}, src[n_in:], dst[n_in:], accepted[n_sent:]
+    )
+    return done, [(rest, sent[n_sent:])]
 
 
 def rows_per_chunk(tensors: dict[str, Tensor], max_bytes: int) -> int:

@@ -6,10 +6,13 @@ import pytest
 import torch
 
 from lightning_fed.aggregation import CenterServerAverage, CenterServerMomentum
+from lightning_fed.aggregation.mixing import renormalize
 from lightning_fed.algorithms import ABPS
-from lightning_fed.comm import BFloat16Hook, Wire
+from lightning_fed.comm import BFloat16Hook, NormBound, Wire
+from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.models import MortalityMLP
 from lightning_fed.selection.abps import BayesianSelector, GoalFilter, ShapleyCredit
+from lightning_fed.selection.base import partner_edges, partner_lists
 from lightning_fed.types import RoundContext
 from tests.conftest import make_federation
 
@@ -371,10 +374,19 @@ def test_server_momentum_zero_is_plain_abps_and_excludes_ema_momentum() -> None:
         assert torch.equal(outs[0][n], outs[1][n])
 
 
-def _abps_rounds(monkeypatch, chunk_bytes: int | None, rounds: int = 4, state: dict | None = None):
+def _abps_rounds(
+    monkeypatch,
+    chunk_bytes: int | None,
+    rounds: int = 4,
+    state: dict | None = None,
+    cls: type[ABPS] = ABPS,
+    norm_bound: bool = False,
+    exact_max: int = 5,
+):
     """Rounds of ABPS.aggregate on 30 hand-built centers (spread norms, a strict norm test so that
-    some messages are rejected, a bf16 wire); optionally with tiny exchange/mixing chunks, or
-    starting from a saved state."""
+    some messages are rejected, a bf16 wire); optionally with tiny exchange/mixing chunks, starting
+    from a saved state, as another class, with the update bound (anchored at 0.9x the models) or
+    with TMC Shapley above ``exact_max`` partners."""
     import lightning_fed.algorithms.abps as abps_module
 
     if chunk_bytes is not None:
@@ -383,9 +395,9 @@ def _abps_rounds(monkeypatch, chunk_bytes: int | None, rounds: int = 4, state: d
     data = make_federation(sizes)
     torch.manual_seed(0)  # the module's initialization
     module = MortalityMLP(in_features=data.num_features, hidden=(4, 3))
-    algo = ABPS(selector=BayesianSelector(kappa=3))
+    algo = cls(selector=BayesianSelector(kappa=3))
     algo.setup(data, module, seed=0)
-    credit = ShapleyCredit()
+    credit = ShapleyCredit(exact_max=exact_max)
     credit.chunk_bytes = 1 if chunk_bytes is not None else credit.chunk_bytes
     algo.credit = credit
     if state is not None:
@@ -397,12 +409,18 @@ def _abps_rounds(monkeypatch, chunk_bytes: int | None, rounds: int = 4, state: d
         )
         for n, p in module.named_parameters()
     }
-    wire = Wire(hook=BFloat16Hook(), max_norm_ratio=1.2)
+    if norm_bound:
+        wire = Wire(
+            hook=BFloat16Hook(), norm_bound=NormBound(max_update_ratio=1.5, min_projection_ratio=None)
+        )
+    else:
+        wire = Wire(hook=BFloat16Hook(), max_norm_ratio=1.2)
     outs = []
     for r in range(rounds):
         ctx = RoundContext(
             round=r, seed=0, val_utility=lambda p, c: p["layers.1.weight"].double().sum((1, 2))
         )
+        wire.start_round(r, {n: t * 0.9 for n, t in params.items()})
         params = algo.aggregate(ctx, params, wire)
         outs.append(({n: t.clone() for n, t in params.items()}, algo.round_stats(), algo.last_partners))
     return algo, wire, outs
@@ -424,6 +442,52 @@ def test_chunked_exchange_and_mixing_are_the_single_call_bit_for_bit(monkeypatch
     assert all(torch.equal(ta[k], tb[k]) for k in ta)
     assert torch.equal(whole.selector.posterior.alpha, chunked.selector.posterior.alpha)
     assert whole.summary_stats() == chunked.summary_stats()
+
+
+class _ExchangeThenMix(ABPS):
+    """ABPS as it aggregated before issue 33's streaming: every accepted message of the round
+    exchanged first (:func:`peer_exchange`, the same calls), then one mix and one credit call over
+    every receiver."""
+
+    def _exchange_mix_credit(self, ctx, params, shared, partners, wire):
+        import lightning_fed.algorithms.abps as abps_module
+
+        chunk = abps_module.CHUNK_BYTES
+        got = peer_exchange(wire, shared, *partner_edges(partners), ctx.round, max_bytes=chunk)
+        sizes = self.n_train.to(torch.float64)
+        self_w, edge_w = renormalize(sizes, sizes[got.src], got.dst)
+        mixed = self.aggregator.mix_received(shared, got.received, got.dst, self_w, edge_w, max_bytes=chunk)
+        personal = {n: p for n, p in params.items() if n not in shared}
+        accepted = partner_lists(got.src, got.dst, self.num_centers)
+        edges = (got.src, got.dst)
+        credit = self.credit(ctx, accepted, shared, got.received, edges, self.n_train, personal)
+        return mixed, edges, credit, 0.0
+
+
+@pytest.mark.parametrize("norm_bound", [False, True])
+def test_streamed_rounds_are_exchange_then_mix_then_credit_bit_for_bit(monkeypatch, norm_bound: bool) -> None:
+    """Mixing and crediting each range of receivers as soon as its messages have arrived (and
+    dropping them) gives, round after round, the models, rejections, ledger, posterior and
+    diagnostics of exchanging every message first, then mixing and crediting everyone (a few
+    messages per call, so receivers are split between calls; Shapley one model per call, TMC above
+    one partner, so the permutations are drawn across calls from one generator). With the update
+    bound, whose per-call medians depend on the calls, as well as the ratio test."""
+    streamed, wire_a, outs_a = _abps_rounds(monkeypatch, 600, norm_bound=norm_bound, exact_max=1)
+    whole, wire_b, outs_b = _abps_rounds(
+        monkeypatch, 600, cls=_ExchangeThenMix, norm_bound=norm_bound, exact_max=1
+    )
+    assert sum(wire_a.rejected.values()) > 0
+    for (pa, sa, la), (pb, sb, lb) in zip(outs_a, outs_b, strict=True):
+        assert all(torch.equal(pa[n], pb[n]) for n in pa)
+        assert la == lb and {k: v for k, v in sa.items() if not k.startswith("seconds")} == {
+            k: v for k, v in sb.items() if not k.startswith("seconds")
+        }
+    assert wire_a.rejected == wire_b.rejected
+    ta, tb = wire_a.ledger.table(), wire_b.ledger.table()
+    assert all(torch.equal(ta[k], tb[k]) for k in ta)
+    assert torch.equal(streamed.selector.posterior.alpha, whole.selector.posterior.alpha)
+    assert torch.equal(streamed.selector.posterior.beta, whole.selector.posterior.beta)
+    assert streamed.summary_stats() == whole.summary_stats()
 
 
 def test_a_checkpoint_with_the_dense_posterior_of_before_issue_17_resumes_identically(monkeypatch) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import pytest
 import torch
 
-from lightning_fed.comm import SERVER, Wire
-from lightning_fed.comm.exchange import exchange, peer_exchange, rows
+from lightning_fed.comm import SERVER, NormBound, Wire
+from lightning_fed.comm.exchange import exchange, peer_exchange, peer_exchange_by_receiver, rows
 
 
 def test_rejected_messages_are_dropped_but_stay_booked() -> None:
@@ -95,6 +97,71 @@ def test_a_chunked_peer_exchange_is_the_single_call() -> None:
     assert all(torch.equal(one.received[n], chunked.received[n]) for n in shared)
     ta, tb = wires[0].ledger.table(), wires[1].ledger.table()
     assert all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+def _receiver_major_edges(g: torch.Generator, centers: int, edges: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random edges sorted by receiver (stable: a receiver's edges keep their drawn order); centers
+    0 and ``centers - 1`` receive nothing."""
+    dst = torch.randint(1, centers - 1, (edges,), generator=g)
+    src = (dst + torch.randint(1, centers, (edges,), generator=g)) % centers
+    order = torch.argsort(dst, stable=True)
+    return src[order], dst[order]
+
+
+@pytest.mark.parametrize("bound", ["ratio", "norm_bound"])
+def test_peer_exchange_by_receiver_hands_out_peer_exchange_by_ranges(bound: str) -> None:
+    """20 centers, 60 receiver-major edges, a strict norm test (some rejected), 3 messages a call:
+    the ranges are ascending, cover every center (the two that receive nothing included), each
+    holds exactly the messages to its receivers, at most one call's messages plus the split
+    receiver's earlier ones, and concatenated they are ``peer_exchange``'s delivery, mask, ledger and
+    rejections. With ``NormBound`` the per-call medians are the same because the calls are."""
+    g = torch.Generator().manual_seed(0)
+    shared = {
+        "w": torch.randn(20, 2, generator=g) * torch.linspace(0.5, 3.0, 20)[:, None],
+        "b": torch.randn(20, 1, generator=g),
+    }
+    src, dst = _receiver_major_edges(g, 20, 60)
+
+    def wire() -> Wire:
+        if bound == "ratio":
+            return Wire(max_norm_ratio=1.3)
+        return Wire(norm_bound=NormBound(max_update_ratio=1.5, min_projection_ratio=None))
+
+    wires = [wire(), wire()]
+    anchors = {n: t * 0.9 for n, t in shared.items()}
+    for w in wires:
+        if bound == "norm_bound":
+            w.start_round(3, anchors)
+    one = peer_exchange(wires[0], shared, src, dst, 3, max_bytes=3 * 12)
+    parts = list(peer_exchange_by_receiver(wires[1], shared, src, dst, 3, max_bytes=3 * 12))
+    assert 0 < wires[0].rejected_in(3) == wires[1].rejected_in(3)
+    bounds = [(lo, hi) for lo, hi, _ in parts]
+    assert bounds[0][0] == 0 and bounds[-1][1] == 20
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(bounds))
+    longest = int(torch.bincount(dst).max())
+    for lo, hi, got in parts:
+        assert bool(((got.dst >= lo) & (got.dst < hi)).all())
+        assert len(got.accepted) == int(((dst >= lo) & (dst < hi)).sum())
+        assert len(got.src) <= 3 + longest - 1
+    assert torch.equal(torch.cat([p.accepted for *_, p in parts]), one.accepted)
+    assert torch.equal(torch.cat([p.src for *_, p in parts]), one.src)
+    assert torch.equal(torch.cat([p.dst for *_, p in parts]), one.dst)
+    for n in shared:
+        assert torch.equal(torch.cat([p.received[n] for *_, p in parts]), one.received[n])
+    ta, tb = wires[0].ledger.table(), wires[1].ledger.table()
+    assert all(torch.equal(ta[k], tb[k]) for k in ta)
+
+
+def test_peer_exchange_by_receiver_without_edges_and_with_unsorted_edges() -> None:
+    """No edge: one empty range over every center, nothing booked; edges not receiver-major are
+    refused (the ranges could not be complete)."""
+    shared = {"w": torch.ones(4, 2)}
+    empty = torch.zeros(0, dtype=torch.int64)
+    wire = Wire()
+    ((lo, hi, got),) = list(peer_exchange_by_receiver(wire, shared, empty, empty, 0))
+    assert (lo, hi) == (0, 4) and got.received["w"].shape == (0, 2) and wire.ledger.total() == 0
+    with pytest.raises(ValueError, match="receiver-major"):
+        list(peer_exchange_by_receiver(wire, shared, torch.tensor([0, 1]), torch.tensor([2, 1]), 0))
 
 
 def test_peer_exchange_decides_as_the_receivers_own_rows_do() -> None:

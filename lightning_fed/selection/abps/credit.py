@@ -246,8 +246,15 @@ class ShapleyCredit:
         edges: tuple[Tensor, Tensor],
         n_train: Tensor,
         personal: dict[str, Tensor],
+        generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """Shapley values of every (receiver i, partner j) pair.
+
+        The receivers may be credited in several calls, each with the partners of an ascending range
+        of receivers (the others' ``P_i`` empty), the messages into that range and one
+        :meth:`generator` passed to every call: the TMC permutations are then drawn in the same
+        order, and every coalition utility and value is the one call's (each model is evaluated on
+        its own), so the concatenated results are the bits of one call over every receiver.
 
         Args:
             ctx: The round context (its ``val_utility`` evaluates models on centers' val splits).
@@ -257,12 +264,13 @@ class ShapleyCredit:
             edges: ``(src, dst)`` of those edges.
             n_train: Training sizes ``[C]`` (FedAvg weights).
             personal: Each center's personal (head) parameters ``[C, ...]`` (may be empty).
+            generator: The round's TMC generator (None: a new :meth:`generator`).
 
         Returns:
             ``(i, j, phi)``: receivers, partners and Shapley values of the defined pairs.
         """
         c = int(n_train.shape[0])
-        gen = torch_generator(ctx.seed, "shapley", ctx.round)
+        gen = self.generator(ctx) if generator is None else generator
         plan = coalition_coefficients(partners, edges, n_train, self.exact_max, self.num_permutations, gen)
         num = len(plan.center)
         if not num:
@@ -300,6 +308,11 @@ class ShapleyCredit:
             utility[lo:hi] = values.reshape(-1).to("cpu", torch.float64)
             del params
         return self._values(plan, utility)
+
+    @staticmethod
+    def generator(ctx: RoundContext) -> torch.Generator:
+        """The round's generator of TMC permutations (keyed by the run seed and the round)."""
+        return torch_generator(ctx.seed, "shapley", ctx.round)
 
     def _values(self, plan: Coalitions, utility: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Exact or TMC Shapley values per active center; a center with a NaN utility is skipped."""
