@@ -429,9 +429,17 @@ def _abps_rounds(
 def test_chunked_exchange_and_mixing_are_the_single_call_bit_for_bit(monkeypatch) -> None:
     """Exchanging and mixing a few messages a call (and Shapley a model a call) gives the same
     models, rejections, ledger, posterior and diagnostics as one call over every edge."""
-    whole, wire_a, outs_a = _abps_rounds(monkeypatch, None)
-    chunked, wire_b, outs_b = _abps_rounds(monkeypatch, 600)  # a few messages per call
-    assert sum(wire_a.rejected.values()) > 0  # the norm test rejected some messages
+    whole = _abps_rounds(monkeypatch, None)
+    chunked = _abps_rounds(monkeypatch, 600)  # a few messages per call
+    _assert_same_rounds(whole, chunked)
+
+
+def _assert_same_rounds(a: tuple, b: tuple) -> None:
+    """Two :func:`_abps_rounds` results agree bit for bit: every round's models, statistics and
+    partners, the rejections (some: the norm test rejected messages), the ledger, the posterior and
+    the summary."""
+    (algo_a, wire_a, outs_a), (algo_b, wire_b, outs_b) = a, b
+    assert sum(wire_a.rejected.values()) > 0
     for (pa, sa, la), (pb, sb, lb) in zip(outs_a, outs_b, strict=True):
         assert all(torch.equal(pa[n], pb[n]) for n in pa)
         assert la == lb and {k: v for k, v in sa.items() if not k.startswith("seconds")} == {
@@ -440,8 +448,9 @@ def test_chunked_exchange_and_mixing_are_the_single_call_bit_for_bit(monkeypatch
     assert wire_a.rejected == wire_b.rejected
     ta, tb = wire_a.ledger.table(), wire_b.ledger.table()
     assert all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert torch.equal(whole.selector.posterior.alpha, chunked.selector.posterior.alpha)
-    assert whole.summary_stats() == chunked.summary_stats()
+    assert torch.equal(algo_a.selector.posterior.alpha, algo_b.selector.posterior.alpha)
+    assert torch.equal(algo_a.selector.posterior.beta, algo_b.selector.posterior.beta)
+    assert algo_a.summary_stats() == algo_b.summary_stats()
 
 
 class _ExchangeThenMix(ABPS):
@@ -472,22 +481,9 @@ def test_streamed_rounds_are_exchange_then_mix_then_credit_bit_for_bit(monkeypat
     messages per call, so receivers are split between calls; Shapley one model per call, TMC above
     one partner, so the permutations are drawn across calls from one generator). With the update
     bound, whose per-call medians depend on the calls, as well as the ratio test."""
-    streamed, wire_a, outs_a = _abps_rounds(monkeypatch, 600, norm_bound=norm_bound, exact_max=1)
-    whole, wire_b, outs_b = _abps_rounds(
-        monkeypatch, 600, cls=_ExchangeThenMix, norm_bound=norm_bound, exact_max=1
-    )
-    assert sum(wire_a.rejected.values()) > 0
-    for (pa, sa, la), (pb, sb, lb) in zip(outs_a, outs_b, strict=True):
-        assert all(torch.equal(pa[n], pb[n]) for n in pa)
-        assert la == lb and {k: v for k, v in sa.items() if not k.startswith("seconds")} == {
-            k: v for k, v in sb.items() if not k.startswith("seconds")
-        }
-    assert wire_a.rejected == wire_b.rejected
-    ta, tb = wire_a.ledger.table(), wire_b.ledger.table()
-    assert all(torch.equal(ta[k], tb[k]) for k in ta)
-    assert torch.equal(streamed.selector.posterior.alpha, whole.selector.posterior.alpha)
-    assert torch.equal(streamed.selector.posterior.beta, whole.selector.posterior.beta)
-    assert streamed.summary_stats() == whole.summary_stats()
+    streamed = _abps_rounds(monkeypatch, 600, norm_bound=norm_bound, exact_max=1)
+    whole = _abps_rounds(monkeypatch, 600, cls=_ExchangeThenMix, norm_bound=norm_bound, exact_max=1)
+    _assert_same_rounds(streamed, whole)
 
 
 def test_a_checkpoint_with_the_dense_posterior_of_before_issue_17_resumes_identically(monkeypatch) -> None:
