@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 import torch
 from torch import Tensor
@@ -135,22 +136,16 @@ def peer_exchange(
         max_bytes: Most bytes of messages per :func:`exchange` call (None: one call).
     """
     src, dst = torch.as_tensor(src).reshape(-1), torch.as_tensor(dst).reshape(-1)
-    chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
-    if not len(src):
-        return exchange(wire, rows(shared, src), src, dst, round_idx)
-    # Each receiver's own norm, once per center rather than once per edge (a row's norm does not
-    # depend on the rows computed with it: message_norms).
-    own = message_norms(shared)
-    if len(src) <= chunk:
-        return exchange(wire, rows(shared, src), src, dst, round_idx, own=own.index_select(0, dst))
-    received: dict[str, Tensor] = {}
+    calls = _peer_calls(wire, shared, src, dst, round_idx, max_bytes)
+    first = next(calls)
+    if first[1] == len(src):  # one call (or no edge): its delivery as it is
+        return first[2]
+    received = {n: t.new_empty((len(src), *t.shape[1:])) for n, t in first[2].received.items()}
     parts: list[tuple[Tensor, Tensor, Tensor]] = []
     filled = 0
-    for lo in range(0, len(src), chunk):
-        s, d = src[lo : lo + chunk], dst[lo : lo + chunk]
-        got = exchange(wire, rows(shared, s), s, d, round_idx, own=own.index_select(0, d))
-        if not received:
-            received = {n: t.new_empty((len(src), *t.shape[1:])) for n, t in got.received.items()}
+    calls = chain([first], calls)
+    del first  # each call's delivery is dropped once copied
+    for _, _, got in calls:
         for name, t in got.received.items():
             received[name][filled : filled + len(got.src)] = t
         filled += len(got.src)
@@ -158,6 +153,37 @@ def peer_exchange(
         del got
     src_acc, dst_acc, accepted = (torch.cat(column) for column in zip(*parts, strict=True))
     return Delivery({n: t[:filled] for n, t in received.items()}, src_acc, dst_acc, accepted)
+
+
+def _peer_calls(
+    wire: Wire,
+    shared: dict[str, Tensor],
+    src: Tensor,
+    dst: Tensor,
+    round_idx: int,
+    max_bytes: int | None,
+) -> Iterator[tuple[int, int, Delivery]]:
+    """The :func:`exchange` calls of a peer exchange, in edge order: ``(start, end, delivery)`` of
+    edges ``start:end``, at most ``max_bytes`` of messages each (at least one edge; None: one call).
+
+    The one place that decides the calls, so :func:`peer_exchange` and
+    :func:`peer_exchange_by_receiver` make the same ones (what a call decides, e.g. the norm test's
+    median, depends on its edges). Each receiver's own norm is computed once per center rather than
+    once per edge (a row's norm does not depend on the rows computed with it:
+    :func:`~lightning_fed.comm.wire.message_norms`). No edge: one call that sends nothing.
+    """
+    if not len(src):
+        yield 0, 0, exchange(wire, rows(shared, src), src, dst, round_idx)
+        return
+    chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
+    own = message_norms(shared)
+    for start in range(0, len(src), chunk):
+        s, d = src[start : start + chunk], dst[start : start + chunk]
+        yield (
+            start,
+            start + len(s),
+            exchange(wire, rows(shared, s), s, d, round_idx, own=own.index_select(0, d)),
+        )
 
 
 def peer_exchange_by_receiver(
@@ -200,17 +226,11 @@ def peer_exchange_by_receiver(
     if len(dst) > 1 and bool((dst[1:] < dst[:-1]).any()):
         raise ValueError("peer_exchange_by_receiver: dst must be non-decreasing (receiver-major edges)")
     num_centers = int(next(iter(shared.values())).shape[0]) if shared else 0
-    if not len(src):
-        yield 0, num_centers, exchange(wire, rows(shared, src), src, dst, round_idx)
-        return
-    chunk = len(src) if max_bytes is None else rows_per_chunk(shared, max_bytes)
-    own = message_norms(shared)  # once per center, as peer_exchange
     pending: list[tuple[Delivery, Tensor]] = []  # (delivery, receivers of every message sent)
     lo = 0
-    for start in range(0, len(src), chunk):
-        s, d = src[start : start + chunk], dst[start : start + chunk]
-        pending.append((exchange(wire, rows(shared, s), s, d, round_idx, own=own.index_select(0, d)), d))
-        hi = int(dst[start + chunk]) if start + chunk < len(src) else num_centers
+    for start, end, got in _peer_calls(wire, shared, src, dst, round_idx, max_bytes):
+        pending.append((got, dst[start:end]))
+        hi = int(dst[end]) if end < len(src) else num_centers
         if hi > lo:
             done, pending = _split_deliveries(pending, hi)
             yield lo, hi, done
