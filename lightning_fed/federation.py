@@ -499,12 +499,13 @@ class Federation:
         self.algorithm.start_round(ctx, self.engine, self.wire)
         self._flip_labels(r)
         if self.wire.norm_bound is not None:  # the update bound's anchors: the round-start models
-            self.wire.start_round(r, self.engine.replay_params())
+            self.wire.start_round(r, self.engine.replay_params(), copy=False)  # a copy: handed over
         losses = self._train(r)
         t1 = time.perf_counter()
         params = self.algorithm.aggregate(ctx, self.engine.replay_params(), self.wire)
         self.engine.set_mask(self.algorithm.parameter_mask())  # the next round's mask (sparse methods)
         self.engine.set_params(params)
+        del params  # installed: not held through the evaluation (issue 33, peak memory)
         if self.privacy is not None:
             self._spend_privacy(r)
         t2 = time.perf_counter()

@@ -35,6 +35,7 @@ __all__ = [
     "CenterServerMomentum",
     "CenterServerOptimizer",
     "center_server_optimizer_from",
+    "keep_own_rows_",
 ]
 
 
@@ -55,7 +56,8 @@ class CenterServerOptimizer(ABC):
 
     @abstractmethod
     def apply(self, name: str, start: Tensor, own: Tensor, mixed: Tensor, active: Tensor) -> Tensor:
-        """New parameters ``[C, ...]`` of tensor ``name``.
+        """New parameters ``[C, ...]`` of tensor ``name``; a rule may write them into ``mixed``
+        (the caller gives it away: ABPS's mix, dropped after the call).
 
         Args:
             name: The tensor's name (state is kept per tensor).
@@ -78,6 +80,15 @@ def _rows(active: Tensor, like: Tensor) -> Tensor:
     return active.to(like.device).view(-1, *([1] * (like.dim() - 1)))
 
 
+def keep_own_rows_(target: Tensor, own: Tensor, active: Tensor) -> Tensor:
+    """``torch.where(active, target, own)`` written into ``target`` and returned: the rows of the
+    centers that did not aggregate copied from ``own`` (the same numbers, no new ``[C, ...]``)."""
+    inactive = (~active).nonzero().flatten().to(target.device)
+    if len(inactive):
+        target.index_copy_(0, inactive, own.index_select(0, inactive))
+    return target
+
+
 class CenterServerAverage(CenterServerOptimizer):
     """``theta_i = m_i`` for every center that aggregated (plain ABPS)."""
 
@@ -85,7 +96,9 @@ class CenterServerAverage(CenterServerOptimizer):
     identity: ClassVar[bool] = True
 
     def apply(self, name: str, start: Tensor, own: Tensor, mixed: Tensor, active: Tensor) -> Tensor:
-        return torch.where(_rows(active, own), mixed, own)
+        """``torch.where(active, mixed, own)`` written into ``mixed``: the inactive centers' rows
+        copied from ``own`` (the same numbers, without a third ``[C, ...]`` tensor; issue 33)."""
+        return keep_own_rows_(mixed, own, active)
 
 
 class CenterServerMomentum(CenterServerOptimizer):

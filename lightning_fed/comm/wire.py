@@ -174,11 +174,20 @@ class Wire:
             "wire.norm_bound: null for the ratio test only"
         )
 
-    def start_round(self, round_idx: int, params: dict[str, Tensor]) -> None:
+    def start_round(self, round_idx: int, params: dict[str, Tensor], copy: bool = True) -> None:
         """Record every center's parameters ``{name: [C, ...]}`` before ``round_idx``'s local training:
-        the anchors of the update bound (kept only with a :attr:`norm_bound`; a detached copy)."""
+        the anchors of the update bound (kept only with a :attr:`norm_bound`).
+
+        Args:
+            round_idx: The round about to train.
+            params: The round-start parameters.
+            copy: Keep a detached copy (default); False keeps ``params`` itself, for a caller that
+                hands over a copy no one else holds (the federation's ``replay_params()``: one
+                ``[C, D]`` fewer at the round's start, issue 33).
+        """
         if self.norm_bound is not None:
-            self.start = {n: t.detach().clone() for n, t in params.items()}
+            self.start = {}  # the previous round's anchors go before the new ones are made
+            self.start = {n: t.detach().clone() if copy else t.detach() for n, t in params.items()}
             self._start_norms = {}
 
     def reachable(self, round_idx: int, num_centers: int) -> Tensor:

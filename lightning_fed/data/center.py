@@ -27,6 +27,7 @@ from torch import Tensor
 
 from lightning_fed.data.augment import Augment
 from lightning_fed.data.split import DEFAULT_SPLIT, Split
+from lightning_fed.data.train_rows import pack_train_rows
 from lightning_fed.seeding import numpy_rng
 
 __all__ = [
@@ -275,7 +276,7 @@ def federate(
         The federation.
     """
     return FederatedData(
-        centers=tuple(center(k, name, rows) for k, name, rows in groups),
+        centers=pack_train_rows([center(k, name, rows) for k, name, rows in groups]),
         feature_names=tuple(feature_names),
         dropped_centers=tuple(dropped),
         num_classes=num_classes,

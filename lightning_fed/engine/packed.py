@@ -78,6 +78,7 @@ from lightning_fed.engine.optim import (
     optimizer_and_scheduler,
     stacked_optimizer_for,
 )
+from lightning_fed.engine.rows import rows_in_place
 from lightning_fed.engine.schedule import center_batches, steps_per_round
 from lightning_fed.engine.scratch import RoundScratch
 from lightning_fed.engine.stacked_step import StackedTrainingStep
@@ -248,11 +249,19 @@ class PackedEngine(Engine):
         self._schedule()
         xs = [train[int(c)][0] for c in self.order]
         ys = [train[int(c)][1] for c in self.order]
-        # One padding row at the end: padded batch slots point at it and are masked out.
-        self.x = torch.cat([*xs, xs[0].new_zeros(1, *xs[0].shape[1:])]).to(self.device, dtype)
-        self.y = torch.cat([*ys, ys[0].new_zeros(1)]).to(self.device, dtype)
-        self.pad_row = self.x.shape[0] - 1
-        self.offsets = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.sizes[:-1]]), 0)
+        # One padding row: padded batch slots point at it and are masked out. Rows laid out by
+        # pack_train_rows (every federation's) are read where they are, others copied (train_rows.py).
+        in_place = rows_in_place(xs, dtype, torch.device(self.device))
+        if in_place is None:
+            self.x = torch.cat([*xs, xs[0].new_zeros(1, *xs[0].shape[1:])]).to(self.device, dtype)
+            self.pad_row = self.x.shape[0] - 1
+            self.offsets = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.int64), self.sizes[:-1]]), 0)
+            self.y = torch.cat([*ys, ys[0].new_zeros(1)]).to(self.device, dtype)
+        else:  # the labels laid out as the rows are: model i's at rows offsets[i] ...
+            self.x, self.offsets, self.pad_row = in_place
+            self.y = torch.zeros(self.x.shape[0], dtype=dtype, device=self.device)
+            for y, start in zip(ys, self.offsets.tolist(), strict=True):
+                self.y[start : start + len(y)] = y.to(self.device, dtype)
         # All parameters of a center live in one row of a flat [C, D] buffer; per-name tensors are
         # views into it. The optimizer then updates one [k, D] slice per step instead of one small
         # tensor per parameter (fewer, larger kernels: measured ~1.5x faster per round).

@@ -146,6 +146,7 @@ class PassEngine(Engine):
         finally:
             for engine in self.passes:
                 engine.participants = None
+            self.scratch.release()  # not held through the aggregation (RoundScratch.release)
         self.last_diverged = self._join([e.last_diverged for e in self.passes])
         logged = [e.last_logged for e in self.passes]
         self.last_logged = None if any(x is None for x in logged) else self._join(logged)

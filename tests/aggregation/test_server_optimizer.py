@@ -92,6 +92,7 @@ def test_center_server_average_is_plain_mixing_for_active_centers() -> None:
     own, mixed = torch.zeros(3, 2), torch.ones(3, 2)
     out = CenterServerAverage().apply("w", own, own, mixed, torch.tensor([True, False, True]))
     assert torch.equal(out, torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]))
+    assert out is mixed  # written into the mix it was given: no third [C, ...] tensor (issue 33)
 
 
 def _config(algorithm: dict[str, Any]) -> dict[str, Any]:

@@ -346,3 +346,14 @@ def test_accept_equals_the_verdict_on_materialized_anchors() -> None:
             assert 0 < int((~want).sum()) < len(src)
         start = {n: t + 0.01 * torch.randn(t.shape, generator=g) for n, t in start.items()}
     assert wire.norm_bound.refs == ref_bound.refs
+
+
+def test_start_round_copies_the_anchors_unless_handed_over() -> None:
+    """``copy=True`` (default) keeps a detached copy; ``copy=False`` keeps the caller's tensors (the
+    federation hands over ``replay_params()``, already a copy: one ``[C, D]`` fewer, issue 33)."""
+    wire = Wire(norm_bound=NormBound())
+    given = torch.arange(6.0).view(3, 2)
+    wire.start_round(0, {"w": given})
+    assert torch.equal(wire.start["w"], given) and wire.start["w"].data_ptr() != given.data_ptr()
+    wire.start_round(1, {"w": given}, copy=False)
+    assert wire.start["w"].data_ptr() == given.data_ptr()

@@ -78,6 +78,18 @@ def test_passes_share_round_scratch_sized_by_a_pass() -> None:
     assert passes.scratch.nbytes() < one.scratch.nbytes()
 
 
+def test_passes_release_round_scratch_after_a_round() -> None:
+    """After a round only the flat gradient (the engines hold views of it) stays in the scratch: the
+    dropout words, activation workspace, snapshot and optimizer temporaries are not held through the
+    aggregation (issue 33); the next rounds still equal one pass (the test above trains 3)."""
+    _, passes = _engines(torch.float32)
+    passes.train_round(0)
+    assert set(passes.scratch.buffers) == {"grad"}
+    assert not passes.scratch.workspace and not passes.scratch.optimizer
+    grad = passes.scratch.buffers["grad"].untyped_storage().data_ptr()
+    assert all(e.grad.untyped_storage().data_ptr() == grad for e in passes.passes)
+
+
 def test_lr_schedule_reset_and_local_steps_match_one_pass() -> None:
     """A cosine schedule, an optimizer reset each round and fixed local steps, through the passes."""
     one, passes = _engines(
