@@ -37,7 +37,7 @@ import ctypes.util
 import os
 import platform
 
-__all__ = ["TRIM_THRESHOLD", "USER_MALLOC_ENV", "AllocatorChoice", "keep_freed_memory"]
+__all__ = ["TRIM_THRESHOLD", "USER_MALLOC_ENV", "AllocatorChoice", "keep_freed_memory", "return_free_memory"]
 
 #: glibc's ``mallopt`` parameter numbers (``malloc.h``).
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
@@ -104,3 +104,20 @@ def keep_freed_memory(environ: os._Environ[str] | dict[str, str] | None = None) 
     if not (mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) and mallopt(M_MMAP_MAX, 0)):
         return AllocatorChoice(False, "glibc refused mallopt")
     return AllocatorChoice(True)
+
+
+def return_free_memory() -> bool:
+    """Give the heap's free pages back to the system now (glibc ``malloc_trim(0)``); True where it ran.
+
+    For a moment that frees many small blocks at once, such as
+    :func:`~lightning_fed.data.train_rows.pack_train_rows` dropping every center's own copy of its
+    training rows (blocks below glibc's ``mmap`` threshold live in the heap, and a hole in its
+    middle stays resident until trimmed: +0.2 GB at 3,680 synthetic centers, issue 33). It changes
+    no setting and no value, only which free pages stay mapped.
+    """
+    libc = _libc()
+    if libc is None:
+        return False
+    libc.malloc_trim.argtypes, libc.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    libc.malloc_trim(0)
+    return True

@@ -219,7 +219,11 @@ class Federation:
         for g, members in enumerate(groups):
             self.assignment[members] = g
             centers = [self.data.centers[c] for c in members]
-            train.append((torch.cat([c.x_train for c in centers]), torch.cat([c.y_train for c in centers])))
+            if len(centers) == 1:  # the center's own rows: the engine reads them in place (engine/rows.py)
+                train.append((centers[0].x_train, centers[0].y_train))
+            else:
+                rows = (torch.cat([c.x_train for c in centers]), torch.cat([c.y_train for c in centers]))
+                train.append(rows)
         self.engine.setup(
             self.module,
             train,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_fed.allocator import return_free_memory
 from lightning_fed.data.augment import Augment
 from lightning_fed.data.split import DEFAULT_SPLIT, Split
 from lightning_fed.data.train_rows import pack_train_rows
@@ -275,8 +276,10 @@ def federate(
     Returns:
         The federation.
     """
+    centers = pack_train_rows([center(k, name, rows) for k, name, rows in groups])
+    return_free_memory()  # the centers' own copies of their rows, freed by the packing (allocator.py)
     return FederatedData(
-        centers=pack_train_rows([center(k, name, rows) for k, name, rows in groups]),
+        centers=centers,
         feature_names=tuple(feature_names),
         dropped_centers=tuple(dropped),
         num_classes=num_classes,

@@ -46,3 +46,24 @@ def test_mix_received_in_groups_of_receivers_is_the_single_call() -> None:
         one = mix_received(shared, got, dst[order], a, b[order])
         grouped = mix_received(shared, got, dst[order], a, b[order], max_bytes=4 * per_message)
         assert all(torch.equal(one[n], grouped[n]) for n in shared)
+
+
+def test_weighted_average_in_column_blocks_is_the_whole_tensor_sum(monkeypatch) -> None:
+    """Blocks of 64-aligned columns give the float64 sum of the whole tensor, bit for bit, before
+    the cast (1 and 2 threads; widths that are and are not multiples of the block; a 1-wide tensor)."""
+    import lightning_fed.aggregation.mixing as mixing
+
+    monkeypatch.setattr(mixing, "AVERAGE_CHUNK_BYTES", 1)  # the smallest blocks: 64 columns each
+    threads = torch.get_num_threads()
+    try:
+        for n_threads in (1, 2):
+            torch.set_num_threads(n_threads)
+            for rows, shape in [(3, (7,)), (230, (64, 130)), (600, (128, 60)), (41, (1,)), (9, (300,))]:
+                gen = torch.Generator().manual_seed(rows)
+                p = torch.randn(rows, *shape, generator=gen, dtype=torch.float64)
+                w = torch.rand(rows, generator=gen, dtype=torch.float64)
+                w = w / w.sum()
+                whole = (w.view(-1, *([1] * len(shape))) * p).sum(0, keepdim=True)
+                assert torch.equal(mixing.weighted_average({"t": p}, w)["t"], whole), (n_threads, rows, shape)
+    finally:
+        torch.set_num_threads(threads)
