@@ -9,7 +9,9 @@ C D``, the prefetched dropout words ``sum_s k_s w`` and the activation workspace
 (``trainer.max_centers_per_pass: P``) owns one packed engine per pass, each over at most ``P``
 centers, trains them one after the other and shares one :class:`~lightning_fed.engine.scratch.RoundScratch`
 between them, so the scratch is sized by ``P``: ``(2 + S) P D + sum_{s} k^{(1)}_s w + ...`` for
-the largest pass instead of all ``C`` centers.
+the largest pass instead of all ``C`` centers, and released after each round's passes
+(:meth:`~lightning_fed.engine.scratch.RoundScratch.release`), so it is not resident while the
+aggregation runs.
 
 **Same bits as one pass.** A packed engine keys every draw of a center by its global center id
 (batch order ``(seed, "batches", round, c)``, dropout ``(seed, "dropout", round, c)``, augmentation,

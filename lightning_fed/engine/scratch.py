@@ -9,7 +9,9 @@ the model's activation workspace (``packed_loss_grad``), the optimizer's tempora
 gathered batch inputs. None of it outlives a round: a fresh allocation every round costs page faults
 (measured ~25 % of a packed round), so it is kept, and the engines of consecutive passes
 (:class:`~lightning_fed.engine.passes.PassEngine`) share one :class:`RoundScratch`, so it is sized by
-the largest pass, not by all centers.
+the largest pass, not by all centers. The pass engine, run to bound memory, releases it after each
+round (:meth:`RoundScratch.release`: it is not held through the aggregation; the next round's first
+pass makes it again, once a round instead of once a step).
 """
 
 from __future__ import annotations
