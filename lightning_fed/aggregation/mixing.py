@@ -66,11 +66,8 @@ def weighted_average(params: dict[str, Tensor], weights: Tensor) -> dict[str, Te
     for name, p in params.items():
         flat = p.reshape(p.shape[0], -1)
         w = weights.to(p.device, torch.float64).view(-1, 1)
-        per_row = max(1, flat.shape[0] * 8)
-        cols = max(
-            AVERAGE_COLUMN_ALIGN,
-            AVERAGE_CHUNK_BYTES // per_row // AVERAGE_COLUMN_ALIGN * AVERAGE_COLUMN_ALIGN,
-        )
+        align = AVERAGE_COLUMN_ALIGN  # columns per block: the budget over a column's float64 bytes
+        cols = max(align, AVERAGE_CHUNK_BYTES // max(1, 8 * flat.shape[0]) // align * align)
         total = torch.empty(flat.shape[1], dtype=torch.float64, device=p.device)
         for lo in range(0, flat.shape[1], cols):
             total[lo : lo + cols] = (w * flat[:, lo : lo + cols].to(torch.float64)).sum(0)
