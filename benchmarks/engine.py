@@ -40,7 +40,16 @@ over rounds of a round's seconds over its own floor, so slow changes of load can
              round): what these small matrices reach on this machine; the primary floor;
 * ``sgemm``  one large square product (2048^3): the machine's peak, a stricter reference.
 
-Run: ``python benchmarks/engine.py [--rounds 5] [--threads 2] [--no-trainer] [--full-run]``.
+``--phases`` then splits the packed round into its parts, timed in further rounds with a timer
+around each part (so the split never touches the rounds above): the round's batch rows, the
+snapshot a diverged center returns to, the dropout words (one ``randint`` per center and step from
+its own generator), gathering the batches, the loss and hand-derived gradients (the matmuls, the
+ReLU/dropout gates and the elementwise backward; its ``bmm``/``baddbmm`` calls are shown apart), the
+optimizer step and the divergence check; the rest is the loop itself. Each part is printed as a
+share of the round and as a multiple of the floor, so what stands between the round and its floor
+is read off directly.
+
+Run: ``python benchmarks/engine.py [--rounds 5] [--threads 2] [--no-trainer] [--full-run] [--phases]``.
 ``--full-run`` also times the whole 50-round 230-center FedAvg run (training, aggregation and
 evaluation) through ``Federation.fit``. Targets on 2 CPU cores (2 threads): packed <= 2x the bmm FLOP
 floor, >= 5x sequential, >= 20x Trainer-per-center; full run < 90 s.
@@ -172,6 +181,82 @@ def _time_rounds(
     return times
 
 
+#: The packed round's parts timed by ``--phases``: ``(label, owner, method)``; owner ``engine``,
+#: ``optimizer`` (``engine.optimizer``), ``module`` (``engine.module``) or ``streams``
+#: (:class:`~lightning_fed.engine.packed.CenterStreams`, the dropout words).
+PHASES = (
+    ("batch rows", "engine", "_round_rows"),
+    ("snapshot", "engine", "_snapshot"),
+    ("dropout words", "streams", "prefetch"),
+    ("gather batches", "engine", "_gather"),
+    ("loss + gradients", "module", "packed_loss_grad"),
+    ("optimizer step", "optimizer", "step"),
+    ("divergence check", "engine", "_contain"),
+)
+
+
+def phase_split(engine, rounds: int, first_round: int) -> dict[str, float]:
+    """Median seconds of each part of ``engine``'s round (:data:`PHASES`) and ``"round"`` itself.
+
+    Each part's method is wrapped by a timer for these rounds only (instance attributes, or for the
+    dropout streams the class attribute, restored after); ``"matmuls"`` is the part of ``"loss +
+    gradients"`` spent in ``torch.bmm`` and ``torch.baddbmm``.
+    """
+    from lightning_fed.engine import packed
+
+    spent: dict[str, float] = {}
+    owners = {"engine": engine, "optimizer": engine.optimizer, "module": engine.module}
+    patched: list[tuple[object, str, object | None]] = []
+
+    def timer(label: str, fn: Callable[..., object]) -> Callable[..., object]:
+        def timed(*args: object, **kwargs: object) -> object:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[label] = spent.get(label, 0.0) + time.perf_counter() - t0
+
+        return timed
+
+    for name in ("bmm", "baddbmm"):  # inside "loss + gradients": its batched products
+        patched.append((torch, name, getattr(torch, name)))
+        setattr(torch, name, timer("matmuls", getattr(torch, name)))
+    for label, owner, name in PHASES:
+        if owner == "streams":
+            cls = packed.CenterStreams
+            patched.append((cls, name, getattr(cls, name)))
+            setattr(cls, name, timer(label, getattr(cls, name)))
+        else:
+            obj = owners[owner]
+            patched.append((obj, name, None))
+            setattr(obj, name, timer(label, getattr(obj, name)))
+    per_round: list[dict[str, float]] = []
+    try:
+        for r in range(first_round, first_round + rounds):
+            spent.clear()
+            wall, _ = _timed(lambda r=r: engine.train_round(r))
+            per_round.append({**spent, "round": wall})
+    finally:
+        for obj, name, original in reversed(patched):
+            if original is None:
+                delattr(obj, name)  # the instance attribute: the class's method shows again
+            else:
+                setattr(obj, name, original)
+    labels = [label for label, _, _ in PHASES]
+    labels.insert(labels.index("loss + gradients") + 1, "matmuls")
+    return {label: statistics.median(r.get(label, 0.0) for r in per_round) for label in [*labels, "round"]}
+
+
+def _print_phases(parts: dict[str, float], floor: float, rounds: int) -> None:
+    """The table of :func:`phase_split`: seconds, share of the round and multiple of the floor."""
+    print(f"packed round by part (median of {rounds} rounds; bmm floor {floor:.3f} s) [{_load()}]")
+    rest = parts["round"] - sum(v for k, v in parts.items() if k not in ("round", "matmuls"))
+    rows = [(k, v) for k, v in parts.items() if k != "round"] + [("loop and the rest", rest)]
+    for label, seconds in [*rows, ("round", parts["round"])]:
+        name = "  of which matmuls" if label == "matmuls" else label
+        print(f"  {name:<20} {seconds:7.3f} s {seconds / parts['round']:6.1%} {seconds / floor:6.2f}x floor")
+
+
 def _time_trainer_per_center(module, train) -> tuple[float, float]:
     """Wall and CPU seconds of one ``Trainer.fit`` (2 epochs) per center, model copies excluded."""
     import copy
@@ -226,6 +311,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--no-trainer", action="store_true", help="skip the Trainer-per-center timing")
     parser.add_argument("--full-run", action="store_true", help="also time the full 50-round FedAvg run")
+    parser.add_argument("--phases", action="store_true", help="split the packed round into its parts")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
@@ -328,6 +414,9 @@ def main() -> None:
             f"ratio trainer / packed    = {trainer / wall:.1f}x (target >= 20x; "
             f"in CPU seconds {trainer_cpu / cpu:.1f}x)"
         )
+    if args.phases:
+        parts = phase_split(engines["packed"], args.rounds, first_round=args.rounds + 3)
+        _print_phases(parts, flop / gflops("bmm") / 1e9, args.rounds)
     if args.full_run:
         _full_run()
 

@@ -1,10 +1,11 @@
-"""FedAvg and ABPS per round, and their peak memory, as the number of centers grows (issue 17).
+"""FedAvg, ABPS and DeceFL per round, and their peak memory, as the number of centers grows (issue 17).
 
 Every configuration runs in its own ``python benchmarks/scale_centers.py --worker`` process, so each
 peak RSS is that run's own. The federation is the synthetic ICU source dealt IID into ``C`` centers
 of about ``--stays`` stays each (``SyntheticICU(num_centers=230, num_stays=C * stays,
 partitioner=IID(C))``: the same per-center size at every scale), MortalityMLP, 2 local epochs, batch
-128; FedAvg, and ABPS with its defaults (``kappa = 3``, no filter, UCB). Rows: one per ``C``.
+128; FedAvg, ABPS with its defaults (``kappa = 3``, no filter, UCB) and, with ``--algorithms ...
+decefl``, DeceFL with its defaults (gossip on a random 4-regular graph). Rows: one per ``C``.
 
 How to read the table (times are medians over rounds 2..R, the first round being a warm-up):
 
@@ -19,7 +20,9 @@ How to read the table (times are medians over rounds 2..R, the first round being
 * ``aggpk``       (ABPS) the peak RSS while aggregating, in MB: above the FedAvg run's ``peak`` it
   is what ABPS adds to the high-water mark;
 * ``agg/FA.train``  ABPS ``agg`` over FedAvg ``train`` at the same ``C`` (issue 17's target:
-  <= 1.5).
+  <= 1.5);
+* ``DF ...``      DeceFL's ``train``, ``agg``, ``peak`` and ``aggpk`` (the peer methods' gossip:
+  every center sends its model to its 4 neighbours and mixes what arrived).
 
 ``load`` is the 1-minute load average when each worker started and ended: a number above the core
 count means other processes shared the CPU and the seconds are inflated (the RSS columns are not).
@@ -35,7 +38,7 @@ default; without it, the Python ``Wire()``'s ratio test).
 sized by ``P``); without it, all centers in one pass.
 
 Run: ``python benchmarks/scale_centers.py [--centers 230 920 3680] [--rounds 4] [--stays 309]
-[--threads N] [--algorithms fedavg abps] [--max-centers-per-pass P] [--norm-bound]``.
+[--threads N] [--algorithms fedavg abps decefl] [--max-centers-per-pass P] [--norm-bound]``.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+ALGORITHMS = ("fedavg", "abps", "decefl")
 KEYS = ("seconds_train", "seconds_aggregate", "seconds_matching", "seconds_shapley")
 
 #: The checkout this file belongs to: its ``lightning_fed`` is the one measured (workers inherit it).
@@ -119,7 +123,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     from lightning.fabric import Fabric
 
-    from lightning_fed.algorithms import ABPS, FedAvg
+    from lightning_fed.algorithms import ABPS, DeceFL, FedAvg
     from lightning_fed.allocator import keep_freed_memory
     from lightning_fed.callbacks import Callback
     from lightning_fed.comm import NormBound, Wire
@@ -154,7 +158,7 @@ def worker(args: argparse.Namespace) -> None:
         ShapleyCredit.chunk_bytes = args.shapley_chunk_mb * 2**20
     if args.keep_freed_memory and not keep_freed_memory().applied:
         raise SystemExit("--keep-freed-memory: lightning_fed.allocator did not apply (see its docstring)")
-    algorithm = ABPS() if args.algorithm == "abps" else FedAvg()
+    algorithm = {"abps": ABPS, "decefl": DeceFL, "fedavg": FedAvg}[args.algorithm]()
     trainer = TrainerConfig(
         rounds=args.rounds, local_epochs=2, batch_size=128, max_centers_per_pass=args.max_centers_per_pass
     )
@@ -206,7 +210,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per run (the first is a warm-up)")
     parser.add_argument("--stays", type=int, default=309, help="stays per center (IID partition)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="intra-op threads")
-    parser.add_argument("--algorithms", nargs="+", choices=("fedavg", "abps"), default=["fedavg", "abps"])
+    parser.add_argument("--algorithms", nargs="+", choices=ALGORITHMS, default=["fedavg", "abps"])
     parser.add_argument(
         "--max-centers-per-pass",
         type=int,
@@ -228,7 +232,7 @@ def main() -> None:
         help="glibc keeps freed blocks for reuse (lightning_fed.allocator, what `fit` does)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--algorithm", choices=("fedavg", "abps"), default="abps", help=argparse.SUPPRESS)
+    parser.add_argument("--algorithm", choices=ALGORITHMS, default="abps", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -246,13 +250,19 @@ def main() -> None:
     header = (
         f"{'C':>5} | {'FA train':>8} {'FA agg':>7} {'FA peak':>8} {'FA setup':>8} | {'AB train':>8} "
         f"{'AB agg':>7} {'match':>6} {'shap':>6} {'AB peak':>8} {'aggpk':>7} {'AB setup':>8} | "
-        f"{'agg/FA.train':>12} | load"
+        f"{'agg/FA.train':>12} |"
+        + (
+            f" {'DF train':>8} {'DF agg':>7} {'DF peak':>8} {'aggpk':>7} |"
+            if "decefl" in args.algorithms
+            else ""
+        )
+        + " load"
     )
     print(header)
     print("-" * len(header))
     for centers in args.centers:
         res = {alg: run_worker(args, alg, centers) for alg in args.algorithms}
-        fa, ab = res.get("fedavg"), res.get("abps")
+        fa, ab, df = res.get("fedavg"), res.get("abps"), res.get("decefl")
         cells = [f"{centers:>5} |"]
         if fa is not None:
             cells.append(
@@ -272,7 +282,13 @@ def main() -> None:
             cells.append(f"{'':>58} |")
         ratio = ab["seconds_aggregate"] / fa["seconds_train"] if fa and ab and fa["seconds_train"] else None
         loads = " ".join(f"{r['load_start']:.1f}->{r['load_end']:.1f}" for r in res.values())
-        cells.append(f"{_fmt(ratio, 12)} | {loads}")
+        cells.append(f"{_fmt(ratio, 12)} |")
+        if df is not None:
+            cells.append(
+                f"{_fmt(df['seconds_train'], 8)} {_fmt(df['seconds_aggregate'], 7)} "
+                f"{_fmt(df['peak_mb'], 8, 0)} {_fmt(df['aggregate_peak_mb'], 7, 0)} |"
+            )
+        cells.append(loads)
         print(" ".join(cells), flush=True)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from lightning_fed.comm.exchange import rows_per_chunk
+from lightning_fed.graphs.topology import metropolis_pair_weights
 
 __all__ = [
     "metropolis_edge_weights",
@@ -51,6 +52,11 @@ AVERAGE_CHUNK_BYTES = 32 * 2**20
 #: then gives every column the bits of one sum over all columns (checked for 1 and 2 threads,
 #: 3-3,680 rows, widths 1-8,192; blocks of other widths can differ in the last bit).
 AVERAGE_COLUMN_ALIGN = 64
+#: Bytes of received messages the peer methods (DeceFL, DFedAvgM, DeFTA, WPFed) mix at once:
+#: :func:`mix_received` groups receivers so that their products ``b_e r_e`` stay under it (the same
+#: bits as one call; without it the products are a second copy of every message, 0.9 GB for DeceFL
+#: at 3,680 centers).
+MIX_CHUNK_BYTES = 64 * 2**20
 
 
 def weighted_average(params: dict[str, Tensor], weights: Tensor) -> dict[str, Tensor]:
@@ -196,13 +202,14 @@ def metropolis_edge_weights(
     ``W_ij = 1 / (1 + max(d_i, d_j))`` on the edges and ``W_ii = 1 - sum_{j != i} W_ij``; returned
     are ``W_ii`` ``[C]`` and ``W_{dst_e, src_e}`` for the messages that arrived
     (``(got_src, got_dst)``, a subset of the edges), for :func:`renormalize`. For a fixed graph the
-    graph methods use :func:`~lightning_fed.graphs.metropolis_weights` of the whole graph instead
-    (an unavailable neighbour's weight is then renormalized away, as DeceFL always did).
+    graph methods use the whole graph's weights instead (:func:`~lightning_fed.graphs.metropolis_self_weights`
+    and :func:`~lightning_fed.graphs.metropolis_pair_weights`; an unavailable neighbour's weight is
+    then renormalized away, as DeceFL always did).
 
     Returns:
         float64 ``(self_weight [C], edge_weight [E'])``.
     """
-    deg = torch.bincount(dst, minlength=num_centers).to(torch.float64)
-    chosen = 1.0 / (1.0 + torch.maximum(deg[src], deg[dst]))
+    deg = torch.bincount(dst, minlength=num_centers)
+    chosen = metropolis_pair_weights(deg, src, dst)
     self_weight = 1.0 - torch.zeros(num_centers, dtype=torch.float64).index_add_(0, dst, chosen)
-    return self_weight, 1.0 / (1.0 + torch.maximum(deg[got_src], deg[got_dst]))
+    return self_weight, metropolis_pair_weights(deg, got_src, got_dst)

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lightning_fed.aggregation.mixing import mix_received
+from lightning_fed.aggregation.mixing import MIX_CHUNK_BYTES, mix_received
 from lightning_fed.algorithms.peers import PeerAlgorithm
 from lightning_fed.comm.exchange import peer_exchange
 from lightning_fed.comm.wire import Wire
@@ -82,7 +82,7 @@ def scored_mix(
     w = weigh(u[: len(centers)], u[len(centers) :], centers)
     self_w = torch.ones(next(iter(shared.values())).shape[0], dtype=torch.float64)
     self_w[centers] = w[: len(centers)]
-    return mix_received(shared, received, dst, self_w, w[len(centers) :]), self_w
+    return mix_received(shared, received, dst, self_w, w[len(centers) :], max_bytes=MIX_CHUNK_BYTES), self_w
 
 
 class DeFTA(PeerAlgorithm):

@@ -9,6 +9,8 @@ from lightning_fed.graphs.topology import (
     Path,
     RandomRegular,
     Topology,
+    metropolis_pair_weights,
+    metropolis_self_weights,
     metropolis_weights,
 )
 
@@ -21,5 +23,7 @@ __all__ = [
     "Path",
     "RandomRegular",
     "Topology",
+    "metropolis_pair_weights",
+    "metropolis_self_weights",
     "metropolis_weights",
 ]

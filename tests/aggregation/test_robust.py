@@ -26,7 +26,7 @@ from lightning_fed.algorithms import ABPS, BNNFedAvg, DeceFL, Ditto, FedAvg, Fed
 from lightning_fed.comm import Wire
 from lightning_fed.engine import PackedEngine, SequentialEngine
 from lightning_fed.federation import Federation
-from lightning_fed.graphs import Path
+from lightning_fed.graphs import Path, metropolis_weights
 from lightning_fed.models import MortalityMLP
 from lightning_fed.types import RoundContext, TrainerConfig
 from tests.conftest import make_federation
@@ -162,7 +162,7 @@ def test_weighted_mean_at_receivers_is_the_metropolis_mix_bit_for_bit() -> None:
     algo = DeceFL(topology=Path(), aggregator=WeightedMean())
     algo.setup(data, module)
     out = algo.aggregate(CTX, params, Wire())
-    w, (src, dst) = algo.weights, algo.round_edges(Wire(), 0)  # the formula of DeceFL.gossip before
+    w, (src, dst) = metropolis_weights(algo.graph), algo.round_edges(Wire(), 0)  # the dense matrix
     expected = mix_received(params, {n: t[src] for n, t in params.items()}, dst, w.diagonal(), w[dst, src])
     assert all(torch.equal(out[n], expected[n]) for n in out)
 

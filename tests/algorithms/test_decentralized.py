@@ -78,6 +78,38 @@ def test_decefl_faults_renormalize_the_metropolis_row() -> None:
     assert wire.ledger.total() == 4 * _size(module) and wire.rejected_in(0) == 1
 
 
+def test_decefl_gossips_without_the_dense_matrix_bit_for_bit(monkeypatch) -> None:
+    """60 centers on a cycle plus random chords (degrees 2 to 8), 7 of them unavailable, and the
+    receivers mixed a few messages' bytes at a time: every row is the renormalized row of the dense
+    Metropolis matrix bit for bit (``renormalize`` of its diagonal and its entries ``W[dst, src]``, as
+    DeceFL computed it before), and DeceFL holds nothing of ``C^2`` elements (0.8 GB of float64 at
+    10,000 centers)."""
+    import lightning_fed.algorithms.decefl as decefl
+    from lightning_fed.aggregation.mixing import mix_received, renormalize
+
+    n = 60
+    gen = torch.Generator().manual_seed(3)
+    chords = torch.randint(0, n, (40, 2), generator=gen)
+    pairs = {tuple(sorted((i, (i + 1) % n))) for i in range(n)}
+    pairs |= {tuple(sorted(p)) for p in chords.tolist() if p[0] != p[1]}
+    pairs = [list(p) for p in sorted(pairs)]
+    algo = DeceFL(topology=EdgeList(pairs))
+    _, module = _setup(algo, [12 + i % 7 for i in range(n)])
+    assert len(set(algo.graph.degree.tolist())) > 2
+    message = _size(module)
+    monkeypatch.setattr(decefl, "MIX_CHUNK_BYTES", 3 * message)
+    params = {k: torch.randn(n, *v.shape[1:], generator=gen) for k, v in _const(module, [0.0] * n).items()}
+    wire = Wire(faults=FaultInjection(unavailable={0: [1, 8, 9, 20, 33, 47, 59]}))
+    out = algo.aggregate(CTX, params, wire)
+    src, dst = algo.round_edges(wire, 0)
+    w = metropolis_weights(algo.graph)
+    self_w, edge_w = renormalize(w.diagonal().clone(), w[dst, src], dst)
+    expected = mix_received(params, {k: v[src] for k, v in params.items()}, dst, self_w, edge_w)
+    assert all(torch.equal(out[k], expected[k]) for k in out)
+    held = [t for t in vars(algo).values() if isinstance(t, torch.Tensor)]
+    assert held and all(t.numel() < n * n for t in held)
+
+
 def test_decefl_personal_head_stays_local() -> None:
     algo = DeceFL(topology=Path(), personal_layers=1)
     _, module = _setup(algo, [30, 10, 20])

@@ -13,6 +13,8 @@ from lightning_fed.graphs import (
     HospitalTiers,
     Path,
     RandomRegular,
+    metropolis_pair_weights,
+    metropolis_self_weights,
     metropolis_weights,
 )
 
@@ -41,6 +43,30 @@ def test_metropolis_weights_doubly_stochastic_on_other_graphs(topology) -> None:
     w = metropolis_weights(topology.build(8, seed=1))
     assert _doubly_stochastic(w)
     assert bool((w.diagonal() > 0).all())
+
+
+def test_metropolis_self_and_pair_weights_are_the_dense_matrix_bit_for_bit() -> None:
+    """Random graphs of uneven degrees (5 to 1,500 nodes), RR-4 and the complete graph; rows laid out
+    1, 7, 256 or 1,024 at a time, 1 and 2 threads: the diagonal and the edge entries of
+    ``metropolis_weights`` exactly (the gossip reads them without the ``[n, n]`` matrix)."""
+    gen = torch.Generator().manual_seed(0)
+    graphs = [RandomRegular(4).build(230, seed=0), Complete().build(40)]
+    for n in (5, 17, 230, 1500):
+        pairs = torch.randint(0, n, (3 * n, 2), generator=gen)
+        graphs.append(Graph.from_pairs(n, pairs[pairs[:, 0] != pairs[:, 1]].tolist()))
+    threads = torch.get_num_threads()
+    try:
+        for n_threads in (1, 2):
+            torch.set_num_threads(n_threads)
+            for graph in graphs:
+                dense = metropolis_weights(graph)
+                for block in (1, 7, 256, 1024):
+                    assert torch.equal(metropolis_self_weights(graph, block_rows=block), dense.diagonal())
+                i, j = graph.edges[:, 0], graph.edges[:, 1]
+                assert torch.equal(metropolis_pair_weights(graph.degree, j, i), dense[j, i])
+                assert torch.equal(metropolis_pair_weights(graph.degree, i, j), dense[i, j])
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(("n", "k"), [(10, 4), (12, 3), (9, 2), (30, 4), (2, 1)])
