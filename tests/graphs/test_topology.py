@@ -93,6 +93,46 @@ def test_the_papers_32_client_graph_seed_gives_64_edges() -> None:
     assert g.num_edges == 64 and g.is_connected and g.diameter == 4
 
 
+def _bfs(graph: Graph, source: int) -> list[int]:
+    """Hop distances from ``source`` by a plain queue over the dense adjacency (-1: unreachable)."""
+    adj = graph.adjacency
+    dist = [-1] * graph.num_nodes
+    dist[source], queue = 0, [source]
+    for u in queue:
+        for v in torch.nonzero(adj[u]).reshape(-1).tolist():
+            if dist[v] < 0:
+                dist[v] = dist[u] + 1
+                queue.append(v)
+    return dist
+
+
+def test_hop_distances_degrees_neighbours_and_diameter_match_a_plain_bfs() -> None:
+    """Sparse random graphs of 1-300 nodes, some disconnected: every source's hop distances equal a
+    queue BFS over the dense adjacency, degrees and neighbour lists equal the adjacency's, the
+    diameter is the largest distance (an error when some pair is unreachable)."""
+    gen = torch.Generator().manual_seed(1)
+    graphs = [Graph(1, torch.zeros(0, 2, dtype=torch.int64)), Path().build(7)]
+    graphs.append(RandomRegular(3).build(40, seed=2))
+    for n, m in ((12, 8), (50, 60), (300, 450), (300, 120)):
+        pairs = torch.randint(0, n, (m, 2), generator=gen)
+        graphs.append(Graph.from_pairs(n, pairs[pairs[:, 0] != pairs[:, 1]].tolist()))
+    for graph in graphs:
+        expected = [_bfs(graph, s) for s in range(graph.num_nodes)]
+        got = graph.hop_distances(torch.arange(graph.num_nodes))
+        assert got.tolist() == expected
+        assert torch.equal(graph.degree, graph.adjacency.sum(1))
+        for i in range(graph.num_nodes):
+            assert torch.equal(graph.neighbours(i), torch.nonzero(graph.adjacency[i]).reshape(-1))
+        connected = min(min(row) for row in expected) >= 0
+        assert graph.is_connected == connected
+        if connected:
+            assert graph.diameter == max(max(row) for row in expected)
+        else:
+            with pytest.raises(ValueError, match="disconnected"):
+                _ = graph.diameter
+    assert any(not g.is_connected for g in graphs)
+
+
 def test_diameters_of_path_cycle_complete() -> None:
     assert Path().build(6).diameter == 5
     assert Cycle().build(6).diameter == 3
