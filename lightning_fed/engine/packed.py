@@ -90,7 +90,22 @@ from lightning_fed.engine.training_step import (
 )
 from lightning_fed.seeding import derive_seed, torch_generator
 
-__all__ = ["CenterStreams", "PackedEngine"]
+__all__ = ["CenterStreams", "PackedEngine", "finite_rows"]
+
+
+def finite_rows(x: Tensor) -> Tensor:
+    """Bool ``[R]``: whether every entry of each row of the 2-D ``x`` is finite.
+
+    ``torch.isfinite(x).all(1)``, computed as one summing pass over ``x``: a NaN or an infinity makes
+    its row's sum non-finite (``inf - inf`` is NaN), so only the rows whose sum is not finite (those,
+    and finite rows whose sum overflows) are tested entry by entry. Measured 0.5-2.7 ms against 25-30
+    ms for ``isfinite(...).all(1)`` on ``[230, 16129]`` (the packed engine's check after every round).
+    """
+    suspect = ~torch.isfinite(x.sum(1))
+    out = ~suspect
+    if bool(suspect.any()):
+        out[suspect] = torch.isfinite(x[suspect]).all(1)
+    return out
 
 
 class CenterStreams:
@@ -662,7 +677,7 @@ class PackedEngine(Engine):
 
     def _contain(self, loss: Tensor, flat: Tensor, opt_state: dict[str, Tensor]) -> None:
         """Roll back (to ``flat`` / ``opt_state``) the centers whose loss or parameters are non-finite."""
-        bad = ~torch.isfinite(loss) | ~torch.isfinite(self.flat).all(1)
+        bad = ~torch.isfinite(loss) | ~finite_rows(self.flat)
         if bool(bad.any()):
             self.flat[bad] = flat[bad]
             for n, t in self.opt_state.items():
