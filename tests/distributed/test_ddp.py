@@ -152,7 +152,7 @@ def test_cli_fit_on_two_processes_equals_one(tmp_path: Path) -> None:
     }
     for name, cmd in launches.items():
         done = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=240)
-        assert done.returncode == 0, (name, done.stderr[-3000:])
+        assert done.returncode == 0, f"{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
     main([*common, "--output.name=one", "--fabric.accelerator=cpu"])
     names = ["one", *launches]
     frames = [
