@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from lightning_fed.aggregation.center_optimizer import keep_own_rows_
 from lightning_fed.validation import check_number
 
 __all__ = ["UpdateMomentum"]
@@ -41,9 +42,16 @@ class UpdateMomentum:
         self.beta = float(beta)
         self.buffers: dict[str, Tensor] = {}
 
-    def apply(self, name: str, own: Tensor, mixed: Tensor, active: Tensor) -> Tensor:
-        """New parameters ``[C, ...]`` of tensor ``name``; ``active`` (bool ``[C]``) marks who aggregated."""
+    def apply(self, name: str, own: Tensor, mixed: Tensor, active: Tensor, in_place: bool = False) -> Tensor:
+        """New parameters ``[C, ...]`` of tensor ``name``; ``active`` (bool ``[C]``) marks who aggregated.
+
+        ``in_place``: ``mixed`` is the caller's to give away; with ``beta = 0`` the result,
+        ``where(active, mixed, own)``, is then written into it (the same numbers without a new
+        ``[C, ...]`` tensor: ABPS's mix, issue 33).
+        """
         if not self.beta:
+            if in_place:
+                return keep_own_rows_(mixed, own, active)
             return torch.where(active.to(own.device).view(-1, *([1] * (own.dim() - 1))), mixed, own)
         keep = active.to(own.device).view(-1, *([1] * (own.dim() - 1)))
         buf = self.buffers.setdefault(name, torch.zeros_like(own))

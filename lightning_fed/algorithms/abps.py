@@ -95,11 +95,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lightning_fed.aggregation.center_optimizer import (
-    CenterServerOptimizer,
-    center_server_optimizer_from,
-    keep_own_rows_,
-)
+from lightning_fed.aggregation.center_optimizer import CenterServerOptimizer, center_server_optimizer_from
 from lightning_fed.aggregation.mixing import renormalize
 from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.aggregation.robust import Aggregator, aggregator_from
@@ -297,16 +293,12 @@ class ABPS(JoinsNearestPeers, Algorithm):
             for name, own in shared.items():
                 # Without a recorded start (no local training, or a rule that reads none): own.
                 start = own if self._start is None else self._start[name].to(own.device)
-                # The mix is given away tensor by tensor (a rule may step in place into it), and
-                # UpdateMomentum with beta 0, where(active, stepped, own), is done in place on it: the
-                # same numbers without two more [C, ...] tensors (issue 33, peak memory).
+                # The mix is given away tensor by tensor: a rule may step in place into it, and so
+                # may the update momentum when the rule returned it (the same numbers without two
+                # more [C, ...] tensors; issue 33, peak memory).
                 mix = mixed.pop(name)
                 stepped = self.server_optimizer.apply(name, start, own, mix, active)
-                if self.update_momentum.beta or stepped is not mix:
-                    stepped = self.update_momentum.apply(name, own, stepped, active)
-                else:
-                    keep_own_rows_(stepped, own, active)
-                out[name] = stepped
+                out[name] = self.update_momentum.apply(name, own, stepped, active, in_place=stepped is mix)
         t2 = time.perf_counter()
         if len(src) and credit is not None:
             self.selector.observe(*credit)

@@ -16,6 +16,7 @@ from lightning_fed.aggregation import (
     ServerMomentum,
 )
 from lightning_fed.aggregation.center_optimizer import center_server_optimizer_from
+from lightning_fed.aggregation.momentum import UpdateMomentum
 from lightning_fed.aggregation.server_optimizer import server_optimizer_from
 from lightning_fed.runfolder.fingerprint import config_fingerprint
 
@@ -93,6 +94,20 @@ def test_center_server_average_is_plain_mixing_for_active_centers() -> None:
     out = CenterServerAverage().apply("w", own, own, mixed, torch.tensor([True, False, True]))
     assert torch.equal(out, torch.tensor([[1.0, 1.0], [0.0, 0.0], [1.0, 1.0]]))
     assert out is mixed  # written into the mix it was given: no third [C, ...] tensor (issue 33)
+
+
+def test_update_momentum_zero_in_place_writes_the_same_rows_into_the_given_mix() -> None:
+    """beta = 0 is ``where(active, mixed, own)``; handed a mix to give away (``in_place``), the same
+    rows are written into it; with beta > 0 nothing is written in place."""
+    own, active = torch.zeros(3, 2), torch.tensor([True, False, True])
+    expected = UpdateMomentum(0.0).apply("w", own, torch.ones(3, 2), active)
+    mixed = torch.ones(3, 2)
+    out = UpdateMomentum(0.0).apply("w", own, mixed, active, in_place=True)
+    assert out is mixed and torch.equal(out, expected)
+    mixed = torch.ones(3, 2)
+    out = UpdateMomentum(0.5).apply("w", own, mixed, active, in_place=True)
+    assert out is not mixed and torch.equal(mixed, torch.ones(3, 2))
+    assert torch.equal(out, torch.tensor([[0.5, 0.5], [0.0, 0.0], [0.5, 0.5]]))
 
 
 def _config(algorithm: dict[str, Any]) -> dict[str, Any]:
