@@ -87,10 +87,9 @@ class DeceFL(PeerAlgorithm):
 
     def setup(self, data: FederatedData, module: CenterModule, seed: int = 0) -> None:
         super().setup(data, module, seed)
-        #: The fixed graph's degrees and the diagonal of its Metropolis matrix ``W_ii`` (None: each
-        #: round's partner graph has its own weights); an edge's ``W_ij`` is computed from the degrees
-        #: when its message arrives, so no ``[C, C]`` matrix is held (0.8 GB at 10,000 centers).
-        self.degree = None if self.graph is None else self.graph.degree
+        #: The diagonal ``W_ii`` of the fixed graph's Metropolis matrix (None: each round's partner
+        #: graph has its own weights); an edge's ``W_ij`` is computed from the graph's degrees when its
+        #: message arrives, so no ``[C, C]`` matrix is held (0.8 GB at 10,000 centers).
         self.self_weight = None if self.graph is None else metropolis_self_weights(self.graph)
         self._round: dict[str, float] = {}
 
@@ -105,7 +104,7 @@ class DeceFL(PeerAlgorithm):
         src, dst = self.round_edges(wire, round_idx)
         got = peer_exchange(wire, shared, src, dst, round_idx)
         if self.self_weight is not None:
-            self_w, edge_w = self.self_weight, metropolis_pair_weights(self.degree, got.dst, got.src)
+            self_w, edge_w = self.self_weight, metropolis_pair_weights(self.graph.degree, got.dst, got.src)
         else:
             self_w, edge_w = metropolis_edge_weights(src, dst, got.src, got.dst, self.num_centers)
         self_w, edge_w = renormalize(self_w, edge_w, got.dst)
