@@ -181,31 +181,35 @@ def _time_rounds(
     return times
 
 
-#: The packed round's parts timed by ``--phases``: ``(label, owner, method)``; owner ``engine``,
-#: ``optimizer`` (``engine.optimizer``), ``module`` (``engine.module``) or ``streams``
-#: (:class:`~lightning_fed.engine.packed.CenterStreams`, the dropout words).
-PHASES = (
-    ("batch rows", "engine", "_round_rows"),
-    ("snapshot", "engine", "_snapshot"),
-    ("dropout words", "streams", "prefetch"),
-    ("gather batches", "engine", "_gather"),
-    ("loss + gradients", "module", "packed_loss_grad"),
-    ("optimizer step", "optimizer", "step"),
-    ("divergence check", "engine", "_contain"),
+def _streams(engine: object) -> type:
+    """The class whose ``prefetch`` draws a round's dropout words (the engine's module's)."""
+    return sys.modules[type(engine).__module__].CenterStreams
+
+
+#: The packed round's parts timed by ``--phases``: ``(label, owner of the method given the engine,
+#: method)``. A label may name several methods (``matmuls``: the batched products inside ``loss +
+#: gradients``); the table lists the labels in this order.
+PHASES: tuple[tuple[str, Callable[[object], object], str], ...] = (
+    ("batch rows", lambda engine: engine, "_round_rows"),
+    ("snapshot", lambda engine: engine, "_snapshot"),
+    ("dropout words", _streams, "prefetch"),
+    ("gather batches", lambda engine: engine, "_gather"),
+    ("loss + gradients", lambda engine: engine.module, "packed_loss_grad"),
+    ("matmuls", lambda engine: torch, "bmm"),
+    ("matmuls", lambda engine: torch, "baddbmm"),
+    ("optimizer step", lambda engine: engine.optimizer, "step"),
+    ("divergence check", lambda engine: engine, "_contain"),
 )
 
 
 def phase_split(engine, rounds: int, first_round: int) -> dict[str, float]:
     """Median seconds of each part of ``engine``'s round (:data:`PHASES`) and ``"round"`` itself.
 
-    Each part's method is wrapped by a timer for these rounds only (instance attributes, or for the
-    dropout streams the class attribute, restored after); ``"matmuls"`` is the part of ``"loss +
-    gradients"`` spent in ``torch.bmm`` and ``torch.baddbmm``.
+    Each part's method is wrapped by a timer for these rounds only: set on its owner (an instance
+    attribute over the class's method, or over the function of a class or module) and removed or
+    put back after.
     """
-    from lightning_fed.engine import packed
-
     spent: dict[str, float] = {}
-    owners = {"engine": engine, "optimizer": engine.optimizer, "module": engine.module}
     patched: list[tuple[object, str, object | None]] = []
 
     def timer(label: str, fn: Callable[..., object]) -> Callable[..., object]:
@@ -218,18 +222,10 @@ def phase_split(engine, rounds: int, first_round: int) -> dict[str, float]:
 
         return timed
 
-    for name in ("bmm", "baddbmm"):  # inside "loss + gradients": its batched products
-        patched.append((torch, name, getattr(torch, name)))
-        setattr(torch, name, timer("matmuls", getattr(torch, name)))
     for label, owner, name in PHASES:
-        if owner == "streams":
-            cls = packed.CenterStreams
-            patched.append((cls, name, getattr(cls, name)))
-            setattr(cls, name, timer(label, getattr(cls, name)))
-        else:
-            obj = owners[owner]
-            patched.append((obj, name, None))
-            setattr(obj, name, timer(label, getattr(obj, name)))
+        obj = owner(engine)
+        patched.append((obj, name, vars(obj).get(name)))  # None: the method is the class's
+        setattr(obj, name, timer(label, getattr(obj, name)))
     per_round: list[dict[str, float]] = []
     try:
         for r in range(first_round, first_round + rounds):
@@ -242,9 +238,8 @@ def phase_split(engine, rounds: int, first_round: int) -> dict[str, float]:
                 delattr(obj, name)  # the instance attribute: the class's method shows again
             else:
                 setattr(obj, name, original)
-    labels = [label for label, _, _ in PHASES]
-    labels.insert(labels.index("loss + gradients") + 1, "matmuls")
-    return {label: statistics.median(r.get(label, 0.0) for r in per_round) for label in [*labels, "round"]}
+    labels = [*dict.fromkeys(label for label, _, _ in PHASES), "round"]
+    return {label: statistics.median(r.get(label, 0.0) for r in per_round) for label in labels}
 
 
 def _print_phases(parts: dict[str, float], floor: float, rounds: int) -> None:

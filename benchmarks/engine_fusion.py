@@ -8,8 +8,8 @@ engine's own shapes (230 centers, batch 128, the MortalityMLP's first hidden lay
 parameters), side by side in one run:
 
 * ``gate``  the forward gate of a hidden layer, ``g = 1[z > 0] 1[u >= t] s`` and ``h = z g`` from the
-  pre-activation ``z`` and the 16-bit uniforms ``u`` (the op sequence of
-  ``lightning_fed.models.mlp._relu_dropout_gate`` followed by ``h.mul_(g)``), eager against one
+  pre-activation ``z`` and the 16-bit uniforms ``u``: the engine's own
+  ``lightning_fed.models.mlp._relu_dropout_gate`` followed by ``h.mul_(g)``, eager, against one
   compiled function;
 * ``adam``  one Adam step of every center (:meth:`lightning_fed.engine.optim.StackedAdam.step`, the
   engine's own code, eager) against the same formula compiled.
@@ -37,27 +37,39 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from lightning_fed.models.mlp import _dropout_threshold, _relu_dropout_gate, _uniform16
+
 CENTERS, BATCH, HIDDEN, PARAMS = 230, 128, 128, 16_129
-#: The MortalityMLP's dropout (0.2): threshold on a signed 16-bit uniform and the inverted scale.
-THRESHOLD, SCALE = -19661, 65536 / 52429
+#: The MortalityMLP's dropout rate: the gate's threshold on a signed 16-bit uniform and its scale.
+DROPOUT = 0.2
+THRESHOLD, SCALE = _dropout_threshold(DROPOUT)
 
 
 def _load() -> str:
     return "load " + " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
-def gate_eager(z: Tensor, u: Tensor, gate: Tensor, positive: Tensor, keep: Tensor) -> None:
-    """The engine's op sequence into its reused buffers: ``gt``, ``ge``, ``logical_and_``, ``copy_``,
-    ``mul_`` and ``h = z.mul_(g)`` (``z`` becomes ``h``)."""
-    torch.gt(z, 0, out=positive)
-    torch.ge(u, THRESHOLD, out=keep)
-    positive.logical_and_(keep)
-    gate.copy_(positive).mul_(SCALE)
+class FixedWords:
+    """A per-center dropout source (the ``words(rows, count)`` of the engine's streams) that hands
+    out the same words on every call, so the eager and the compiled gate read the same uniforms."""
+
+    def __init__(self, table: Tensor) -> None:
+        self.table = table  # int64 [centers, words]
+
+    def words(self, rows: int, count: int) -> Tensor:
+        return self.table[:rows, :count]
+
+
+def gate_eager(z: Tensor, source: FixedWords, workspace: dict[str, Tensor]) -> Tensor:
+    """The engine's own gate (``_relu_dropout_gate`` into its reused buffers), then ``h = z.mul_(g)``
+    (``z`` becomes ``h``); returns ``g``."""
+    gate = _relu_dropout_gate(z, DROPOUT, source, workspace, "gate")
     z.mul_(gate)
+    return gate
 
 
 def gate_fused(z: Tensor, u: Tensor, gate: Tensor) -> None:
-    """The same gate as one expression, written into the same buffers (for ``torch.compile``)."""
+    """The same gate as one expression, written into a reused buffer (for ``torch.compile``)."""
     gate.copy_(((z > 0) & (u >= THRESHOLD)).to(z.dtype) * SCALE)
     z.mul_(gate)
 
@@ -106,20 +118,22 @@ def main() -> None:
     )
     gen = torch.Generator().manual_seed(0)
     z = torch.randn(CENTERS, BATCH, HIDDEN, generator=gen)
-    u = torch.randint(-(2**15), 2**15, z.shape, dtype=torch.int16, generator=gen)
-    buffers = [torch.empty_like(z) for _ in range(4)]  # h and g, eager and compiled
-    positive, keep = torch.empty_like(z, dtype=torch.bool), torch.empty_like(z, dtype=torch.bool)
+    words = (BATCH * HIDDEN + 3) // 4  # four 16-bit uniforms per 64-bit word, as the engine draws them
+    source = FixedWords(
+        torch.randint(-(2**63), 2**63 - 1, (CENTERS, words), dtype=torch.int64, generator=gen)
+    )
+    u = _uniform16(z, source)
+    h_fused, g_fused, h_eager = torch.empty_like(z), torch.empty_like(z), torch.empty_like(z)
+    workspace: dict[str, Tensor] = {}
     fused = torch.compile(gate_fused, dynamic=True)
     t0 = time.perf_counter()
-    fused(buffers[0].copy_(z), u, buffers[1])
+    fused(h_fused.copy_(z), u, g_fused)
     first = time.perf_counter() - t0
-    gate_eager(buffers[2].copy_(z), u, buffers[3], positive, keep)
-    same = all(torch.equal(a, b) for a, b in zip(buffers[:2], buffers[2:], strict=True))
-    copy = _ms(lambda: buffers[2].copy_(z), args.repeats)
-    eager_ms = (
-        _ms(lambda: gate_eager(buffers[2].copy_(z), u, buffers[3], positive, keep), args.repeats) - copy
-    )
-    fused_ms = _ms(lambda: fused(buffers[0].copy_(z), u, buffers[1]), args.repeats) - copy
+    g_eager = gate_eager(h_eager.copy_(z), source, workspace)
+    same = torch.equal(h_fused, h_eager) and torch.equal(g_fused, g_eager)
+    copy = _ms(lambda: h_eager.copy_(z), args.repeats)
+    eager_ms = _ms(lambda: gate_eager(h_eager.copy_(z), source, workspace), args.repeats) - copy
+    fused_ms = _ms(lambda: fused(h_fused.copy_(z), u, g_fused), args.repeats) - copy
     print(
         f"gate  [{CENTERS}, {BATCH}, {HIDDEN}]: first call {first:.1f} s; eager {eager_ms:.2f} ms, "
         f"compiled {fused_ms:.2f} ms ({eager_ms / fused_ms:.1f}x); same bits: {same} [{_load()}]"
